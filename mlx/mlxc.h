@@ -1,0 +1,175 @@
+/*
+ * The subset of mlx-c's C API this project uses, with mlx-c's names,
+ * handle types, argument order (result first) and int status returns.
+ * By default shim.cpp implements it over the MLX C++ headers of the
+ * installed wheel; the build tag mlxc links an upstream libmlxc instead.
+ * Functions marked "extension" are not in upstream mlx-c.
+ */
+#ifndef PROVIDER_MLXC_H
+#define PROVIDER_MLXC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mlx_array_ { void* ctx; } mlx_array;
+typedef struct mlx_stream_ { void* ctx; } mlx_stream;
+typedef struct mlx_vector_array_ { void* ctx; } mlx_vector_array;
+
+typedef enum mlx_dtype_ {
+  MLX_BOOL,
+  MLX_UINT8,
+  MLX_UINT16,
+  MLX_UINT32,
+  MLX_UINT64,
+  MLX_INT8,
+  MLX_INT16,
+  MLX_INT32,
+  MLX_INT64,
+  MLX_FLOAT16,
+  MLX_FLOAT32,
+  MLX_FLOAT64,
+  MLX_BFLOAT16,
+  MLX_COMPLEX64,
+} mlx_dtype;
+
+typedef struct mlx_optional_int_ { int value; bool has_value; } mlx_optional_int;
+typedef struct mlx_optional_float_ { float value; bool has_value; } mlx_optional_float;
+typedef struct mlx_optional_dtype_ { mlx_dtype value; bool has_value; } mlx_optional_dtype;
+
+typedef void (*mlx_error_handler_func)(const char* msg, void* data);
+void mlx_set_error_handler(mlx_error_handler_func handler, void* data, void (*dtor)(void*));
+
+/* arrays */
+mlx_array mlx_array_new(void);
+int mlx_array_free(mlx_array arr);
+int mlx_array_set(mlx_array* arr, const mlx_array src);
+mlx_array mlx_array_new_data(const void* data, const int* shape, int dim, mlx_dtype dtype);
+mlx_array mlx_array_new_float(float val);
+mlx_array mlx_array_new_int(int val);
+size_t mlx_array_itemsize(const mlx_array arr);
+size_t mlx_array_size(const mlx_array arr);
+size_t mlx_array_nbytes(const mlx_array arr);
+size_t mlx_array_ndim(const mlx_array arr);
+const int* mlx_array_shape(const mlx_array arr);
+int mlx_array_dim(const mlx_array arr, int dim);
+mlx_dtype mlx_array_dtype(const mlx_array arr);
+int mlx_array_eval(mlx_array arr);
+int mlx_array_item_float32(float* res, const mlx_array arr);
+int mlx_array_item_int32(int32_t* res, const mlx_array arr);
+const float* mlx_array_data_float32(const mlx_array arr);
+const int32_t* mlx_array_data_int32(const mlx_array arr);
+const uint32_t* mlx_array_data_uint32(const mlx_array arr);
+const uint16_t* mlx_array_data_uint16(const mlx_array arr); /* extension: fp16/bf16 bits */
+const uint8_t* mlx_array_data_uint8(const mlx_array arr);
+
+/* vectors of arrays */
+mlx_vector_array mlx_vector_array_new(void);
+int mlx_vector_array_free(mlx_vector_array vec);
+mlx_vector_array mlx_vector_array_new_data(const mlx_array* data, size_t size);
+int mlx_vector_array_append_value(mlx_vector_array vec, const mlx_array val);
+size_t mlx_vector_array_size(mlx_vector_array vec);
+int mlx_vector_array_get(mlx_array* res, const mlx_vector_array vec, size_t idx);
+
+/* streams and devices */
+mlx_stream mlx_default_cpu_stream_new(void);
+mlx_stream mlx_default_gpu_stream_new(void);
+int mlx_stream_free(mlx_stream stream);
+int mlx_gpu_is_available(bool* res); /* extension */
+
+/* transforms and memory */
+int mlx_eval(const mlx_vector_array outputs);
+int mlx_async_eval(const mlx_vector_array outputs);
+int mlx_get_active_memory(size_t* res);
+int mlx_get_peak_memory(size_t* res);
+int mlx_reset_peak_memory(void);
+int mlx_get_cache_memory(size_t* res);
+int mlx_set_cache_limit(size_t* res, size_t limit);
+int mlx_set_memory_limit(size_t* res, size_t limit);
+int mlx_clear_cache(void);
+
+/* element-wise and reductions */
+int mlx_add(mlx_array* res, const mlx_array a, const mlx_array b, const mlx_stream s);
+int mlx_subtract(mlx_array* res, const mlx_array a, const mlx_array b, const mlx_stream s);
+int mlx_multiply(mlx_array* res, const mlx_array a, const mlx_array b, const mlx_stream s);
+int mlx_divide(mlx_array* res, const mlx_array a, const mlx_array b, const mlx_stream s);
+int mlx_maximum(mlx_array* res, const mlx_array a, const mlx_array b, const mlx_stream s);
+int mlx_minimum(mlx_array* res, const mlx_array a, const mlx_array b, const mlx_stream s);
+int mlx_power(mlx_array* res, const mlx_array a, const mlx_array b, const mlx_stream s);
+int mlx_greater(mlx_array* res, const mlx_array a, const mlx_array b, const mlx_stream s);
+int mlx_less(mlx_array* res, const mlx_array a, const mlx_array b, const mlx_stream s);
+int mlx_equal(mlx_array* res, const mlx_array a, const mlx_array b, const mlx_stream s);
+int mlx_where(mlx_array* res, const mlx_array cond, const mlx_array x, const mlx_array y, const mlx_stream s);
+int mlx_negative(mlx_array* res, const mlx_array a, const mlx_stream s);
+int mlx_exp(mlx_array* res, const mlx_array a, const mlx_stream s);
+int mlx_log(mlx_array* res, const mlx_array a, const mlx_stream s);
+int mlx_sqrt(mlx_array* res, const mlx_array a, const mlx_stream s);
+int mlx_rsqrt(mlx_array* res, const mlx_array a, const mlx_stream s);
+int mlx_square(mlx_array* res, const mlx_array a, const mlx_stream s);
+int mlx_sigmoid(mlx_array* res, const mlx_array a, const mlx_stream s);
+int mlx_tanh(mlx_array* res, const mlx_array a, const mlx_stream s);
+int mlx_erf(mlx_array* res, const mlx_array a, const mlx_stream s);
+int mlx_cos(mlx_array* res, const mlx_array a, const mlx_stream s);
+int mlx_sin(mlx_array* res, const mlx_array a, const mlx_stream s);
+int mlx_clip(mlx_array* res, const mlx_array a, const mlx_array a_min, const mlx_array a_max, const mlx_stream s);
+int mlx_astype(mlx_array* res, const mlx_array a, mlx_dtype dtype, const mlx_stream s);
+int mlx_sum_axis(mlx_array* res, const mlx_array a, int axis, bool keepdims, const mlx_stream s);
+int mlx_mean_axis(mlx_array* res, const mlx_array a, int axis, bool keepdims, const mlx_stream s);
+int mlx_max_axis(mlx_array* res, const mlx_array a, int axis, bool keepdims, const mlx_stream s);
+int mlx_argmax_axis(mlx_array* res, const mlx_array a, int axis, bool keepdims, const mlx_stream s);
+int mlx_logsumexp_axis(mlx_array* res, const mlx_array a, int axis, bool keepdims, const mlx_stream s);
+int mlx_softmax_axis(mlx_array* res, const mlx_array a, int axis, bool precise, const mlx_stream s);
+int mlx_cumsum(mlx_array* res, const mlx_array a, int axis, bool reverse, bool inclusive, const mlx_stream s);
+int mlx_argsort_axis(mlx_array* res, const mlx_array a, int axis, const mlx_stream s);
+int mlx_argpartition_axis(mlx_array* res, const mlx_array a, int kth, int axis, const mlx_stream s);
+int mlx_topk_axis(mlx_array* res, const mlx_array a, int k, int axis, const mlx_stream s);
+
+/* shape and indexing */
+int mlx_reshape(mlx_array* res, const mlx_array a, const int* shape, size_t shape_num, const mlx_stream s);
+int mlx_transpose_axes(mlx_array* res, const mlx_array a, const int* axes, size_t axes_num, const mlx_stream s);
+int mlx_swapaxes(mlx_array* res, const mlx_array a, int axis1, int axis2, const mlx_stream s);
+int mlx_expand_dims(mlx_array* res, const mlx_array a, int axis, const mlx_stream s);
+int mlx_squeeze_axis(mlx_array* res, const mlx_array a, int axis, const mlx_stream s);
+int mlx_broadcast_to(mlx_array* res, const mlx_array a, const int* shape, size_t shape_num, const mlx_stream s);
+int mlx_concatenate_axis(mlx_array* res, const mlx_vector_array arrays, int axis, const mlx_stream s);
+int mlx_split(mlx_vector_array* res, const mlx_array a, int num_splits, int axis, const mlx_stream s);
+int mlx_slice(mlx_array* res, const mlx_array a, const int* start, size_t start_num, const int* stop, size_t stop_num, const int* strides, size_t strides_num, const mlx_stream s);
+int mlx_slice_update(mlx_array* res, const mlx_array src, const mlx_array update, const int* start, size_t start_num, const int* stop, size_t stop_num, const int* strides, size_t strides_num, const mlx_stream s);
+int mlx_take_axis(mlx_array* res, const mlx_array a, const mlx_array indices, int axis, const mlx_stream s);
+int mlx_take_along_axis(mlx_array* res, const mlx_array a, const mlx_array indices, int axis, const mlx_stream s);
+int mlx_put_along_axis(mlx_array* res, const mlx_array a, const mlx_array indices, const mlx_array values, int axis, const mlx_stream s);
+int mlx_contiguous(mlx_array* res, const mlx_array a, bool allow_col_major, const mlx_stream s);
+int mlx_copy(mlx_array* res, const mlx_array a, const mlx_stream s);
+
+/* construction */
+int mlx_zeros(mlx_array* res, const int* shape, size_t shape_num, mlx_dtype dtype, const mlx_stream s);
+int mlx_full(mlx_array* res, const int* shape, size_t shape_num, const mlx_array vals, mlx_dtype dtype, const mlx_stream s);
+int mlx_arange(mlx_array* res, double start, double stop, double step, mlx_dtype dtype, const mlx_stream s);
+int mlx_tril(mlx_array* res, const mlx_array x, int k, const mlx_stream s);
+
+/* linear algebra and quantization */
+int mlx_matmul(mlx_array* res, const mlx_array a, const mlx_array b, const mlx_stream s);
+int mlx_quantize(mlx_vector_array* res, const mlx_array w, mlx_optional_int group_size, mlx_optional_int bits, const char* mode, const mlx_array global_scale, const mlx_stream s);
+int mlx_dequantize(mlx_array* res, const mlx_array w, const mlx_array scales, const mlx_array biases, mlx_optional_int group_size, mlx_optional_int bits, const char* mode, const mlx_array global_scale, mlx_optional_dtype dtype, const mlx_stream s);
+int mlx_quantized_matmul(mlx_array* res, const mlx_array x, const mlx_array w, const mlx_array scales, const mlx_array biases, bool transpose, mlx_optional_int group_size, mlx_optional_int bits, const char* mode, const mlx_stream s);
+int mlx_gather_qmm(mlx_array* res, const mlx_array x, const mlx_array w, const mlx_array scales, const mlx_array biases, const mlx_array lhs_indices, const mlx_array rhs_indices, bool transpose, mlx_optional_int group_size, mlx_optional_int bits, const char* mode, bool sorted_indices, const mlx_stream s);
+
+/* fast */
+int mlx_fast_rms_norm(mlx_array* res, const mlx_array x, const mlx_array weight, float eps, const mlx_stream s);
+int mlx_fast_rope(mlx_array* res, const mlx_array x, int dims, bool traditional, mlx_optional_float base, float scale, int offset, const mlx_array freqs, const mlx_stream s);
+int mlx_fast_rope_dynamic(mlx_array* res, const mlx_array x, int dims, bool traditional, mlx_optional_float base, float scale, const mlx_array offset, const mlx_array freqs, const mlx_stream s);
+int mlx_fast_scaled_dot_product_attention(mlx_array* res, const mlx_array queries, const mlx_array keys, const mlx_array values, float scale, const char* mask_mode, const mlx_array mask_arr, const mlx_array sinks, const mlx_stream s);
+
+/* random */
+int mlx_random_key(mlx_array* res, uint64_t seed);
+int mlx_random_categorical(mlx_array* res, const mlx_array logits, int axis, const mlx_array key, const mlx_stream s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,508 @@
+//go:build !mlxc
+
+// The project's implementation of the mlx-c subset declared in mlxc.h, over
+// the MLX C++ API of the installed wheel. Every entry point catches C++
+// exceptions and reports them through the installed error handler, so an MLX
+// error becomes a status code, never a process exit.
+
+#include <cstring>
+#include <exception>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mlx/mlx.h"
+#include "mlxc.h"
+
+namespace mx = mlx::core;
+
+namespace {
+
+mlx_error_handler_func g_handler = nullptr;
+void* g_handler_data = nullptr;
+void (*g_handler_dtor)(void*) = nullptr;
+
+int fail(const char* msg) {
+  if (g_handler != nullptr) {
+    g_handler(msg, g_handler_data);
+  }
+  return 1;
+}
+
+mx::array& arr(mlx_array a) {
+  return *static_cast<mx::array*>(a.ctx);
+}
+
+mx::Stream& strm(mlx_stream s) {
+  return *static_cast<mx::Stream*>(s.ctx);
+}
+
+std::vector<mx::array>& vec(mlx_vector_array v) {
+  return *static_cast<std::vector<mx::array>*>(v.ctx);
+}
+
+std::optional<mx::array> opt(mlx_array a) {
+  if (a.ctx == nullptr) {
+    return std::nullopt;
+  }
+  return arr(a);
+}
+
+std::optional<int> opt(mlx_optional_int v) {
+  if (!v.has_value) {
+    return std::nullopt;
+  }
+  return v.value;
+}
+
+std::optional<float> opt(mlx_optional_float v) {
+  if (!v.has_value) {
+    return std::nullopt;
+  }
+  return v.value;
+}
+
+mx::Dtype to_dtype(mlx_dtype d) {
+  switch (d) {
+    case MLX_BOOL: return mx::bool_;
+    case MLX_UINT8: return mx::uint8;
+    case MLX_UINT16: return mx::uint16;
+    case MLX_UINT32: return mx::uint32;
+    case MLX_UINT64: return mx::uint64;
+    case MLX_INT8: return mx::int8;
+    case MLX_INT16: return mx::int16;
+    case MLX_INT32: return mx::int32;
+    case MLX_INT64: return mx::int64;
+    case MLX_FLOAT16: return mx::float16;
+    case MLX_FLOAT32: return mx::float32;
+    case MLX_FLOAT64: return mx::float64;
+    case MLX_BFLOAT16: return mx::bfloat16;
+    case MLX_COMPLEX64: return mx::complex64;
+  }
+  throw std::invalid_argument("unknown dtype");
+}
+
+mlx_dtype from_dtype(mx::Dtype d) {
+  return static_cast<mlx_dtype>(static_cast<int>(d.val()));
+}
+
+mx::Shape shape_of(const int* p, size_t n) {
+  return mx::Shape(p, p + n);
+}
+
+// set stores v into *res, reusing the handle when it already holds an array
+// (mlx-c semantics: the caller owns *res and frees it once).
+void set(mlx_array* res, mx::array v) {
+  if (res->ctx != nullptr) {
+    arr(*res) = std::move(v);
+  } else {
+    res->ctx = new mx::array(std::move(v));
+  }
+}
+
+template <typename F>
+int guard(F&& f) {
+  try {
+    f();
+    return 0;
+  } catch (const std::exception& e) {
+    return fail(e.what());
+  } catch (...) {
+    return fail("mlx: unknown C++ exception");
+  }
+}
+
+template <typename T>
+const T* data_ptr(const mlx_array a) {
+  try {
+    return arr(a).data<T>();
+  } catch (const std::exception& e) {
+    fail(e.what());
+    return nullptr;
+  }
+}
+
+} // namespace
+
+extern "C" {
+
+void mlx_set_error_handler(mlx_error_handler_func handler, void* data, void (*dtor)(void*)) {
+  if (g_handler_dtor != nullptr) {
+    g_handler_dtor(g_handler_data);
+  }
+  g_handler = handler;
+  g_handler_data = data;
+  g_handler_dtor = dtor;
+}
+
+mlx_array mlx_array_new(void) {
+  return mlx_array{nullptr};
+}
+
+int mlx_array_free(mlx_array a) {
+  delete static_cast<mx::array*>(a.ctx);
+  return 0;
+}
+
+int mlx_array_set(mlx_array* a, const mlx_array src) {
+  return guard([&] { set(a, arr(src)); });
+}
+
+mlx_array mlx_array_new_data(const void* data, const int* shape, int dim, mlx_dtype dtype) {
+  mlx_array res{nullptr};
+  guard([&] {
+    mx::Shape sh = shape_of(shape, static_cast<size_t>(dim));
+    mx::Dtype dt = to_dtype(dtype);
+    size_t n = 1;
+    for (int d : sh) {
+      n *= static_cast<size_t>(d);
+    }
+    mx::array a(mx::allocator::malloc(n * dt.size()), sh, dt);
+    if (n > 0) {
+      std::memcpy(a.data<void>(), data, n * dt.size());
+    }
+    res.ctx = new mx::array(std::move(a));
+  });
+  return res;
+}
+
+mlx_array mlx_array_new_float(float val) {
+  return mlx_array{new mx::array(val)};
+}
+
+mlx_array mlx_array_new_int(int val) {
+  return mlx_array{new mx::array(val)};
+}
+
+size_t mlx_array_itemsize(const mlx_array a) { return arr(a).itemsize(); }
+size_t mlx_array_size(const mlx_array a) { return arr(a).size(); }
+size_t mlx_array_nbytes(const mlx_array a) { return arr(a).nbytes(); }
+size_t mlx_array_ndim(const mlx_array a) { return arr(a).ndim(); }
+const int* mlx_array_shape(const mlx_array a) { return arr(a).shape().data(); }
+int mlx_array_dim(const mlx_array a, int dim) { return arr(a).shape(dim); }
+mlx_dtype mlx_array_dtype(const mlx_array a) { return from_dtype(arr(a).dtype()); }
+
+int mlx_array_eval(mlx_array a) {
+  return guard([&] { arr(a).eval(); });
+}
+
+int mlx_array_item_float32(float* res, const mlx_array a) {
+  return guard([&] { *res = arr(a).item<float>(); });
+}
+
+int mlx_array_item_int32(int32_t* res, const mlx_array a) {
+  return guard([&] { *res = arr(a).item<int32_t>(); });
+}
+
+const float* mlx_array_data_float32(const mlx_array a) { return data_ptr<float>(a); }
+const int32_t* mlx_array_data_int32(const mlx_array a) { return data_ptr<int32_t>(a); }
+const uint32_t* mlx_array_data_uint32(const mlx_array a) { return data_ptr<uint32_t>(a); }
+const uint16_t* mlx_array_data_uint16(const mlx_array a) { return data_ptr<uint16_t>(a); }
+const uint8_t* mlx_array_data_uint8(const mlx_array a) { return data_ptr<uint8_t>(a); }
+
+mlx_vector_array mlx_vector_array_new(void) {
+  return mlx_vector_array{new std::vector<mx::array>()};
+}
+
+int mlx_vector_array_free(mlx_vector_array v) {
+  delete static_cast<std::vector<mx::array>*>(v.ctx);
+  return 0;
+}
+
+mlx_vector_array mlx_vector_array_new_data(const mlx_array* data, size_t size) {
+  auto* v = new std::vector<mx::array>();
+  v->reserve(size);
+  for (size_t i = 0; i < size; i++) {
+    v->push_back(arr(data[i]));
+  }
+  return mlx_vector_array{v};
+}
+
+int mlx_vector_array_append_value(mlx_vector_array v, const mlx_array val) {
+  return guard([&] { vec(v).push_back(arr(val)); });
+}
+
+size_t mlx_vector_array_size(mlx_vector_array v) { return vec(v).size(); }
+
+int mlx_vector_array_get(mlx_array* res, const mlx_vector_array v, size_t idx) {
+  return guard([&] { set(res, vec(v).at(idx)); });
+}
+
+mlx_stream mlx_default_cpu_stream_new(void) {
+  return mlx_stream{new mx::Stream(mx::default_stream(mx::Device::cpu))};
+}
+
+mlx_stream mlx_default_gpu_stream_new(void) {
+  mlx_stream res{nullptr};
+  guard([&] { res.ctx = new mx::Stream(mx::default_stream(mx::Device::gpu)); });
+  return res;
+}
+
+int mlx_stream_free(mlx_stream s) {
+  delete static_cast<mx::Stream*>(s.ctx);
+  return 0;
+}
+
+int mlx_gpu_is_available(bool* res) {
+  return guard([&] { *res = mx::is_available(mx::Device::gpu); });
+}
+
+int mlx_eval(const mlx_vector_array outputs) {
+  return guard([&] { mx::eval(vec(outputs)); });
+}
+
+int mlx_async_eval(const mlx_vector_array outputs) {
+  return guard([&] { mx::async_eval(vec(outputs)); });
+}
+
+int mlx_get_active_memory(size_t* res) { return guard([&] { *res = mx::get_active_memory(); }); }
+int mlx_get_peak_memory(size_t* res) { return guard([&] { *res = mx::get_peak_memory(); }); }
+int mlx_reset_peak_memory(void) { return guard([&] { mx::reset_peak_memory(); }); }
+int mlx_get_cache_memory(size_t* res) { return guard([&] { *res = mx::get_cache_memory(); }); }
+int mlx_set_cache_limit(size_t* res, size_t limit) { return guard([&] { *res = mx::set_cache_limit(limit); }); }
+int mlx_set_memory_limit(size_t* res, size_t limit) { return guard([&] { *res = mx::set_memory_limit(limit); }); }
+int mlx_clear_cache(void) { return guard([&] { mx::clear_cache(); }); }
+
+#define BINARY(name, fn)                                                               \
+  int name(mlx_array* res, const mlx_array a, const mlx_array b, const mlx_stream s) { \
+    return guard([&] { set(res, mx::fn(arr(a), arr(b), strm(s))); });                 \
+  }
+#define UNARY(name, fn)                                                 \
+  int name(mlx_array* res, const mlx_array a, const mlx_stream s) {     \
+    return guard([&] { set(res, mx::fn(arr(a), strm(s))); });           \
+  }
+#define REDUCE(name, fn)                                                                         \
+  int name(mlx_array* res, const mlx_array a, int axis, bool keepdims, const mlx_stream s) {     \
+    return guard([&] { set(res, mx::fn(arr(a), axis, keepdims, strm(s))); });                    \
+  }
+
+BINARY(mlx_add, add)
+BINARY(mlx_subtract, subtract)
+BINARY(mlx_multiply, multiply)
+BINARY(mlx_divide, divide)
+BINARY(mlx_maximum, maximum)
+BINARY(mlx_minimum, minimum)
+BINARY(mlx_power, power)
+BINARY(mlx_greater, greater)
+BINARY(mlx_less, less)
+BINARY(mlx_equal, equal)
+BINARY(mlx_matmul, matmul)
+UNARY(mlx_negative, negative)
+UNARY(mlx_exp, exp)
+UNARY(mlx_log, log)
+UNARY(mlx_sqrt, sqrt)
+UNARY(mlx_rsqrt, rsqrt)
+UNARY(mlx_square, square)
+UNARY(mlx_sigmoid, sigmoid)
+UNARY(mlx_tanh, tanh)
+UNARY(mlx_erf, erf)
+UNARY(mlx_cos, cos)
+UNARY(mlx_sin, sin)
+UNARY(mlx_copy, copy)
+REDUCE(mlx_sum_axis, sum)
+REDUCE(mlx_mean_axis, mean)
+REDUCE(mlx_max_axis, max)
+REDUCE(mlx_argmax_axis, argmax)
+REDUCE(mlx_logsumexp_axis, logsumexp)
+
+int mlx_where(mlx_array* res, const mlx_array c, const mlx_array x, const mlx_array y, const mlx_stream s) {
+  return guard([&] { set(res, mx::where(arr(c), arr(x), arr(y), strm(s))); });
+}
+
+int mlx_clip(mlx_array* res, const mlx_array a, const mlx_array lo, const mlx_array hi, const mlx_stream s) {
+  return guard([&] { set(res, mx::clip(arr(a), opt(lo), opt(hi), strm(s))); });
+}
+
+int mlx_astype(mlx_array* res, const mlx_array a, mlx_dtype dtype, const mlx_stream s) {
+  return guard([&] { set(res, mx::astype(arr(a), to_dtype(dtype), strm(s))); });
+}
+
+int mlx_softmax_axis(mlx_array* res, const mlx_array a, int axis, bool precise, const mlx_stream s) {
+  return guard([&] { set(res, mx::softmax(arr(a), std::vector<int>{axis}, precise, strm(s))); });
+}
+
+int mlx_cumsum(mlx_array* res, const mlx_array a, int axis, bool reverse, bool inclusive, const mlx_stream s) {
+  return guard([&] { set(res, mx::cumsum(arr(a), axis, reverse, inclusive, strm(s))); });
+}
+
+int mlx_argsort_axis(mlx_array* res, const mlx_array a, int axis, const mlx_stream s) {
+  return guard([&] { set(res, mx::argsort(arr(a), axis, strm(s))); });
+}
+
+int mlx_argpartition_axis(mlx_array* res, const mlx_array a, int kth, int axis, const mlx_stream s) {
+  return guard([&] { set(res, mx::argpartition(arr(a), kth, axis, strm(s))); });
+}
+
+int mlx_topk_axis(mlx_array* res, const mlx_array a, int k, int axis, const mlx_stream s) {
+  return guard([&] { set(res, mx::topk(arr(a), k, axis, strm(s))); });
+}
+
+int mlx_reshape(mlx_array* res, const mlx_array a, const int* shape, size_t n, const mlx_stream s) {
+  return guard([&] { set(res, mx::reshape(arr(a), shape_of(shape, n), strm(s))); });
+}
+
+int mlx_transpose_axes(mlx_array* res, const mlx_array a, const int* axes, size_t n, const mlx_stream s) {
+  return guard([&] { set(res, mx::transpose(arr(a), std::vector<int>(axes, axes + n), strm(s))); });
+}
+
+int mlx_swapaxes(mlx_array* res, const mlx_array a, int axis1, int axis2, const mlx_stream s) {
+  return guard([&] { set(res, mx::swapaxes(arr(a), axis1, axis2, strm(s))); });
+}
+
+int mlx_expand_dims(mlx_array* res, const mlx_array a, int axis, const mlx_stream s) {
+  return guard([&] { set(res, mx::expand_dims(arr(a), axis, strm(s))); });
+}
+
+int mlx_squeeze_axis(mlx_array* res, const mlx_array a, int axis, const mlx_stream s) {
+  return guard([&] { set(res, mx::squeeze(arr(a), axis, strm(s))); });
+}
+
+int mlx_broadcast_to(mlx_array* res, const mlx_array a, const int* shape, size_t n, const mlx_stream s) {
+  return guard([&] { set(res, mx::broadcast_to(arr(a), shape_of(shape, n), strm(s))); });
+}
+
+int mlx_concatenate_axis(mlx_array* res, const mlx_vector_array arrays, int axis, const mlx_stream s) {
+  return guard([&] { set(res, mx::concatenate(vec(arrays), axis, strm(s))); });
+}
+
+int mlx_split(mlx_vector_array* res, const mlx_array a, int num_splits, int axis, const mlx_stream s) {
+  return guard([&] {
+    auto parts = mx::split(arr(a), num_splits, axis, strm(s));
+    if (res->ctx == nullptr) {
+      res->ctx = new std::vector<mx::array>();
+    }
+    vec(*res) = std::move(parts);
+  });
+}
+
+int mlx_slice(mlx_array* res, const mlx_array a, const int* start, size_t start_num, const int* stop,
+              size_t stop_num, const int* strides, size_t strides_num, const mlx_stream s) {
+  return guard([&] {
+    set(res, mx::slice(arr(a), shape_of(start, start_num), shape_of(stop, stop_num),
+                       shape_of(strides, strides_num), strm(s)));
+  });
+}
+
+int mlx_slice_update(mlx_array* res, const mlx_array src, const mlx_array update, const int* start,
+                     size_t start_num, const int* stop, size_t stop_num, const int* strides,
+                     size_t strides_num, const mlx_stream s) {
+  return guard([&] {
+    set(res, mx::slice_update(arr(src), arr(update), shape_of(start, start_num), shape_of(stop, stop_num),
+                              shape_of(strides, strides_num), strm(s)));
+  });
+}
+
+int mlx_take_axis(mlx_array* res, const mlx_array a, const mlx_array indices, int axis, const mlx_stream s) {
+  return guard([&] { set(res, mx::take(arr(a), arr(indices), axis, strm(s))); });
+}
+
+int mlx_take_along_axis(mlx_array* res, const mlx_array a, const mlx_array indices, int axis, const mlx_stream s) {
+  return guard([&] { set(res, mx::take_along_axis(arr(a), arr(indices), axis, strm(s))); });
+}
+
+int mlx_put_along_axis(mlx_array* res, const mlx_array a, const mlx_array indices, const mlx_array values,
+                       int axis, const mlx_stream s) {
+  return guard([&] { set(res, mx::put_along_axis(arr(a), arr(indices), arr(values), axis, strm(s))); });
+}
+
+int mlx_contiguous(mlx_array* res, const mlx_array a, bool allow_col_major, const mlx_stream s) {
+  return guard([&] { set(res, mx::contiguous(arr(a), allow_col_major, strm(s))); });
+}
+
+int mlx_zeros(mlx_array* res, const int* shape, size_t n, mlx_dtype dtype, const mlx_stream s) {
+  return guard([&] { set(res, mx::zeros(shape_of(shape, n), to_dtype(dtype), strm(s))); });
+}
+
+int mlx_full(mlx_array* res, const int* shape, size_t n, const mlx_array vals, mlx_dtype dtype, const mlx_stream s) {
+  return guard([&] { set(res, mx::full(shape_of(shape, n), arr(vals), to_dtype(dtype), strm(s))); });
+}
+
+int mlx_arange(mlx_array* res, double start, double stop, double step, mlx_dtype dtype, const mlx_stream s) {
+  return guard([&] { set(res, mx::arange(start, stop, step, to_dtype(dtype), strm(s))); });
+}
+
+int mlx_tril(mlx_array* res, const mlx_array x, int k, const mlx_stream s) {
+  return guard([&] { set(res, mx::tril(arr(x), k, strm(s))); });
+}
+
+int mlx_quantize(mlx_vector_array* res, const mlx_array w, mlx_optional_int group_size, mlx_optional_int bits,
+                 const char* mode, const mlx_array global_scale, const mlx_stream s) {
+  return guard([&] {
+    auto parts = mx::quantize(arr(w), opt(group_size), opt(bits), mode, opt(global_scale), strm(s));
+    if (res->ctx == nullptr) {
+      res->ctx = new std::vector<mx::array>();
+    }
+    vec(*res) = std::move(parts);
+  });
+}
+
+int mlx_dequantize(mlx_array* res, const mlx_array w, const mlx_array scales, const mlx_array biases,
+                   mlx_optional_int group_size, mlx_optional_int bits, const char* mode,
+                   const mlx_array global_scale, mlx_optional_dtype dtype, const mlx_stream s) {
+  return guard([&] {
+    std::optional<mx::Dtype> dt;
+    if (dtype.has_value) {
+      dt = to_dtype(dtype.value);
+    }
+    set(res, mx::dequantize(arr(w), arr(scales), opt(biases), opt(group_size), opt(bits), mode,
+                            opt(global_scale), dt, strm(s)));
+  });
+}
+
+int mlx_quantized_matmul(mlx_array* res, const mlx_array x, const mlx_array w, const mlx_array scales,
+                         const mlx_array biases, bool transpose, mlx_optional_int group_size,
+                         mlx_optional_int bits, const char* mode, const mlx_stream s) {
+  return guard([&] {
+    set(res, mx::quantized_matmul(arr(x), arr(w), arr(scales), opt(biases), transpose, opt(group_size),
+                                  opt(bits), mode, strm(s)));
+  });
+}
+
+int mlx_gather_qmm(mlx_array* res, const mlx_array x, const mlx_array w, const mlx_array scales,
+                   const mlx_array biases, const mlx_array lhs_indices, const mlx_array rhs_indices,
+                   bool transpose, mlx_optional_int group_size, mlx_optional_int bits, const char* mode,
+                   bool sorted_indices, const mlx_stream s) {
+  return guard([&] {
+    set(res, mx::gather_qmm(arr(x), arr(w), arr(scales), opt(biases), opt(lhs_indices), opt(rhs_indices),
+                            transpose, opt(group_size), opt(bits), mode, std::nullopt, sorted_indices,
+                            strm(s)));
+  });
+}
+
+int mlx_fast_rms_norm(mlx_array* res, const mlx_array x, const mlx_array weight, float eps, const mlx_stream s) {
+  return guard([&] { set(res, mx::fast::rms_norm(arr(x), opt(weight), eps, strm(s))); });
+}
+
+int mlx_fast_rope(mlx_array* res, const mlx_array x, int dims, bool traditional, mlx_optional_float base,
+                  float scale, int offset, const mlx_array freqs, const mlx_stream s) {
+  return guard([&] {
+    set(res, mx::fast::rope(arr(x), dims, traditional, opt(base), scale, offset, opt(freqs), strm(s)));
+  });
+}
+
+int mlx_fast_rope_dynamic(mlx_array* res, const mlx_array x, int dims, bool traditional, mlx_optional_float base,
+                          float scale, const mlx_array offset, const mlx_array freqs, const mlx_stream s) {
+  return guard([&] {
+    set(res, mx::fast::rope(arr(x), dims, traditional, opt(base), scale, arr(offset), opt(freqs), strm(s)));
+  });
+}
+
+int mlx_fast_scaled_dot_product_attention(mlx_array* res, const mlx_array q, const mlx_array k, const mlx_array v,
+                                          float scale, const char* mask_mode, const mlx_array mask_arr,
+                                          const mlx_array sinks, const mlx_stream s) {
+  return guard([&] {
+    set(res, mx::fast::scaled_dot_product_attention(arr(q), arr(k), arr(v), scale, mask_mode, opt(mask_arr),
+                                                    opt(sinks), false, strm(s)));
+  });
+}
+
+int mlx_random_key(mlx_array* res, uint64_t seed) {
+  return guard([&] { set(res, mx::random::key(seed)); });
+}
+
+int mlx_random_categorical(mlx_array* res, const mlx_array logits, int axis, const mlx_array key,
+                           const mlx_stream s) {
+  return guard([&] { set(res, mx::random::categorical(arr(logits), axis, opt(key), strm(s))); });
+}
+
+} // extern "C"
