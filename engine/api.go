@@ -1,0 +1,75 @@
+package engine
+
+import (
+	"errors"
+
+	"github.com/goprovider/provider/sample"
+)
+
+// Generation is one request as the engine loop receives it: tokens in,
+// sampling settings, bounds. Text, templates and stop strings are handled
+// before and after the engine.
+type Generation struct {
+	// ID must be unique among the engine's live generations.
+	ID RequestID
+	// Prompt is the tokenized prompt; it must not be empty.
+	Prompt []int32
+	// MaxTokens caps generated tokens; <= 0 finishes at once with "length".
+	MaxTokens int
+	Sampling  sample.Params
+	// TopLogprobs asks for the log-probability of each sampled token and
+	// that many alternatives; negative asks for none.
+	TopLogprobs int
+	Priority    int
+}
+
+// EventKind tells the three kinds of Event apart.
+type EventKind uint8
+
+// Event kinds.
+const (
+	// EventDelta carries newly sampled tokens.
+	EventDelta EventKind = iota + 1
+	// EventFinished ends a stream normally; Reason and Usage are set.
+	EventFinished
+	// EventError ends a stream with Err.
+	EventError
+)
+
+// Logprob is one sampled token's log-probability and its top alternatives.
+type Logprob struct {
+	Token   int32
+	Logprob float64
+	Top     []sample.TokenLogprob
+}
+
+// Usage counts tokens of one generation.
+type Usage struct {
+	PromptTokens     int
+	CompletionTokens int
+	CachedTokens     int
+}
+
+// Event is what a generation's stream delivers, in order: deltas, then
+// exactly one EventFinished or EventError, then the channel closes.
+type Event struct {
+	Kind     EventKind
+	Tokens   []int32
+	Logprobs []Logprob // parallel to Tokens when TopLogprobs >= 0
+	Reason   FinishReason
+	Usage    Usage
+	Err      error
+}
+
+// Errors of the engine loop (the scheduler's ErrQueueFull, ErrNeverFits,
+// ErrDuplicateID and ErrEmptyPrompt are returned by Submit too).
+var (
+	// ErrDraining: the engine is shutting down and takes no new work.
+	ErrDraining = errors.New("engine: draining")
+	// ErrStepFailed: the MLX step of the row failed.
+	ErrStepFailed = errors.New("engine: generation step failed")
+	// ErrStuck: the row made no progress within its lease.
+	ErrStuck = errors.New("engine: row made no progress within its lease")
+	// ErrShutdown: the drain period ended before the row finished.
+	ErrShutdown = errors.New("engine: shut down before the generation finished")
+)

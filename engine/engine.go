@@ -1,0 +1,406 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/benbjohnson/clock"
+
+	"github.com/goprovider/provider/mlx"
+	"github.com/goprovider/provider/model"
+	"github.com/goprovider/provider/sample"
+)
+
+// Options configure an Engine. Zero fields take the documented defaults.
+type Options struct {
+	Sched Config
+	// KVCapacity is the KV byte grant of this model.
+	KVCapacity int64
+	// StepTimeout fails the rows of a step that took longer (default 30 s).
+	StepTimeout time.Duration
+	// Lease fails a row that made no admission, prefill or decode progress
+	// for this long (default 120 s).
+	Lease time.Duration
+	// Clock is injected for tests; nil is the wall clock.
+	Clock clock.Clock
+}
+
+func (o Options) withDefaults() Options {
+	if o.StepTimeout <= 0 {
+		o.StepTimeout = 30 * time.Second
+	}
+	if o.Lease <= 0 {
+		o.Lease = 120 * time.Second
+	}
+	if o.Clock == nil {
+		o.Clock = clock.New()
+	}
+	return o
+}
+
+// LayoutOf derives the ledger's KV layout from a model's layer kinds and
+// activation dtype.
+func LayoutOf(c model.Config) KVLayout {
+	l := KVLayout{Layers: make([]LayerKV, len(c.Kinds))}
+	for i, k := range c.Kinds {
+		l.Layers[i] = LayerKV{KVHeads: k.KVHeads, HeadDim: k.HeadDim, ElemBytes: c.ActDType.Size(), Window: k.Window, SharedFrom: k.SharedFrom}
+	}
+	return l
+}
+
+// live is the engine loop's state of one generation.
+type live struct {
+	gen      Generation
+	ctx      context.Context
+	events   chan Event
+	seq      []int32 // prompt followed by every sampled token
+	emitted  int     // completion tokens delivered
+	cache    model.Cache
+	sampler  *sample.Sampler
+	progress time.Time // last admission, prefill or decode progress
+	done     bool
+}
+
+// Engine runs one model's continuous batching loop on its MLX thread.
+//
+// Lock order: mu guards sched, rows and draining; the loop never holds mu
+// while it runs MLX work or sends on a stream.
+type Engine struct {
+	opt Options
+	th  *mlx.Thread
+	s   mlx.Stream
+	net model.Network
+
+	mu       sync.Mutex
+	sched    *Scheduler
+	rows     map[RequestID]*live
+	arrival  uint64
+	draining bool
+	stopped  bool
+	lastErr  error
+
+	wake chan struct{}
+	quit chan struct{}
+	done chan struct{}
+}
+
+// New starts the loop for net on th, whose stream is s. net, th and s stay
+// owned by the caller and must outlive the Engine.
+func New(net model.Network, th *mlx.Thread, s mlx.Stream, opt Options) *Engine {
+	opt = opt.withDefaults()
+	e := &Engine{
+		opt:   opt,
+		th:    th,
+		s:     s,
+		net:   net,
+		sched: NewScheduler(opt.Sched, LayoutOf(net.Config()), opt.KVCapacity),
+		rows:  map[RequestID]*live{},
+		wake:  make(chan struct{}, 1),
+		quit:  make(chan struct{}),
+		done:  make(chan struct{}),
+	}
+	go e.loop()
+	return e
+}
+
+// Submit queues a generation. The returned channel delivers its events and
+// is closed after the last one. Cancelling ctx ends the generation within
+// one step with an EventError carrying ctx's error.
+func (e *Engine) Submit(ctx context.Context, g Generation) (<-chan Event, error) {
+	if err := g.Sampling.Validate(); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	vocab := e.net.Config().Vocab
+	for _, id := range g.Prompt {
+		if id < 0 || int(id) >= vocab {
+			return nil, fmt.Errorf("engine: %w: token %d outside the vocabulary", ErrInvalidToken, id)
+		}
+	}
+	// No generation runs past the context window.
+	if ctxLen := e.net.Config().ContextLength; ctxLen > 0 && g.MaxTokens > ctxLen-len(g.Prompt) {
+		g.MaxTokens = max(ctxLen-len(g.Prompt), 0)
+	}
+	// A stream holds at most one event per token plus the end, so the loop
+	// never blocks on a slow reader.
+	capacity := max(g.MaxTokens, 0) + 2
+	l := &live{
+		gen:      g,
+		ctx:      ctx,
+		events:   make(chan Event, capacity),
+		seq:      append(make([]int32, 0, len(g.Prompt)+max(g.MaxTokens, 0)), g.Prompt...),
+		sampler:  sample.New(g.Sampling),
+		progress: e.opt.Clock.Now(),
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.draining || e.stopped {
+		return nil, ErrDraining
+	}
+	if e.lastErr != nil {
+		return nil, e.lastErr
+	}
+	e.arrival++
+	err := e.sched.Submit(Request{ID: g.ID, PromptTokens: len(g.Prompt), MaxTokens: g.MaxTokens, Priority: g.Priority, Arrival: e.arrival})
+	if err != nil {
+		return nil, err
+	}
+	e.rows[g.ID] = l
+	e.poke()
+	go func() {
+		select {
+		case <-ctx.Done():
+			e.poke()
+		case <-e.done:
+		}
+	}()
+	return l.events, nil
+}
+
+// ErrInvalidToken: a prompt token is outside the model's vocabulary.
+var ErrInvalidToken = errors.New("invalid token id")
+
+// Stats is a snapshot of the scheduler's counters.
+func (e *Engine) Stats() Stats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.sched.Snapshot()
+}
+
+// Resize changes the KV grant; shrinking never evicts a running row.
+func (e *Engine) Resize(capacity int64) {
+	e.mu.Lock()
+	e.sched.Resize(capacity)
+	e.mu.Unlock()
+	e.poke()
+}
+
+// Shutdown stops taking work, lets running generations finish until ctx
+// ends (callers pass a 10 s deadline), then ends the rest with ErrShutdown
+// and stops the loop.
+func (e *Engine) Shutdown(ctx context.Context) {
+	e.mu.Lock()
+	e.draining = true
+	e.mu.Unlock()
+	e.poke()
+	for {
+		e.mu.Lock()
+		n := len(e.rows)
+		e.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Millisecond):
+			continue
+		}
+		break
+	}
+	close(e.quit)
+	<-e.done
+}
+
+func (e *Engine) poke() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (e *Engine) loop() {
+	defer close(e.done)
+	for {
+		e.th.Do(e.tick)
+		e.mu.Lock()
+		idle := e.sched.Snapshot().Running == 0 && e.sched.Snapshot().Waiting == 0
+		e.mu.Unlock()
+		if idle {
+			select {
+			case <-e.wake:
+			case <-e.quit:
+				e.th.Do(e.abortAll)
+				return
+			}
+			continue
+		}
+		select {
+		case <-e.quit:
+			e.th.Do(e.abortAll)
+			return
+		default:
+		}
+	}
+}
+
+// abortAll ends every live generation at shutdown.
+func (e *Engine) abortAll() {
+	e.mu.Lock()
+	rows := make([]*live, 0, len(e.rows))
+	for id, l := range e.rows {
+		e.sched.Cancel(id)
+		rows = append(rows, l)
+	}
+	e.rows = map[RequestID]*live{}
+	e.stopped = true
+	e.mu.Unlock()
+	for _, l := range rows {
+		e.end(l, Event{Kind: EventError, Err: ErrShutdown})
+	}
+}
+
+// end delivers a stream's last event, releases its cache and closes it.
+func (e *Engine) end(l *live, ev Event) {
+	if l.done {
+		return
+	}
+	l.done = true
+	if l.cache != nil {
+		l.cache.Free()
+		l.cache = nil
+	}
+	if ev.Kind == EventFinished {
+		ev.Usage = Usage{PromptTokens: len(l.gen.Prompt), CompletionTokens: l.emitted}
+	}
+	l.events <- ev
+	close(l.events)
+}
+
+// tick runs one scheduling step on the MLX thread.
+func (e *Engine) tick() {
+	now := e.opt.Clock.Now()
+	e.mu.Lock()
+	// Cancelled and lease-expired rows leave before planning.
+	var gone []*live
+	var goneEv []Event
+	for id, l := range e.rows {
+		var ev Event
+		switch {
+		case l.ctx.Err() != nil:
+			ev = Event{Kind: EventError, Err: l.ctx.Err()}
+		case now.Sub(l.progress) > e.opt.Lease:
+			ev = Event{Kind: EventError, Err: ErrStuck}
+		default:
+			continue
+		}
+		e.sched.Cancel(id)
+		delete(e.rows, id)
+		gone, goneEv = append(gone, l), append(goneEv, ev)
+	}
+	plan := e.sched.Plan()
+	type finished struct {
+		l *live
+		r FinishReason
+	}
+	var fins []finished
+	for _, f := range plan.Finished {
+		if l, ok := e.rows[f.ID]; ok {
+			delete(e.rows, f.ID)
+			fins = append(fins, finished{l, f.Reason})
+		}
+	}
+	var pre []*live
+	for _, id := range plan.Preempted {
+		pre = append(pre, e.rows[id])
+	}
+	type work struct {
+		l      *live
+		tokens []int32
+		sample bool
+	}
+	var batch []work
+	for _, c := range plan.Prefill {
+		l := e.rows[c.ID]
+		batch = append(batch, work{l, l.seq[c.Start : c.Start+c.Len], c.Final})
+	}
+	for _, id := range plan.Decode {
+		l := e.rows[id]
+		batch = append(batch, work{l, l.seq[len(l.seq)-1:], true})
+	}
+	e.mu.Unlock()
+
+	for i, l := range gone {
+		e.end(l, goneEv[i])
+	}
+	for _, f := range fins {
+		switch f.r {
+		case FinishStop, FinishLength:
+			e.end(f.l, Event{Kind: EventFinished, Reason: f.r})
+		case FinishKVExhausted:
+			e.end(f.l, Event{Kind: EventError, Reason: f.r, Err: ErrNeverFits})
+		default:
+			e.end(f.l, Event{Kind: EventError, Reason: f.r, Err: ErrStepFailed})
+		}
+	}
+	for _, l := range pre {
+		if l != nil && l.cache != nil {
+			l.cache.Free()
+			l.cache = nil
+		}
+	}
+	if len(batch) == 0 {
+		return
+	}
+
+	tokens := make([][]int32, len(batch))
+	caches := make([]model.Cache, len(batch))
+	for i, w := range batch {
+		if w.l.cache == nil {
+			w.l.cache = e.net.NewCache()
+		}
+		tokens[i], caches[i] = w.tokens, w.l.cache
+	}
+	start := e.opt.Clock.Now()
+	f := mlx.NewFrame(e.s)
+	logits := f.ToFloat32s(e.net.Forward(f, tokens, caches))
+	f.Free()
+	err := f.Err()
+	if err == nil && e.opt.Clock.Now().Sub(start) > e.opt.StepTimeout {
+		err = ErrStuck
+	}
+	var res StepResult
+	vocab := e.net.Config().Vocab
+	eos := map[int32]bool{}
+	for _, id := range e.net.Config().EOS {
+		eos[id] = true
+	}
+	after := e.opt.Clock.Now()
+	for i, w := range batch {
+		l := w.l
+		if err != nil {
+			res.Failed = append(res.Failed, l.gen.ID)
+			continue
+		}
+		l.progress = after
+		if !w.sample {
+			continue
+		}
+		row := logits[i*vocab : (i+1)*vocab]
+		tok := l.sampler.Next(row)
+		l.seq = append(l.seq, tok)
+		if eos[tok] {
+			res.Stopped = append(res.Stopped, l.gen.ID)
+			continue
+		}
+		ev := Event{Kind: EventDelta, Tokens: []int32{tok}}
+		if l.gen.TopLogprobs >= 0 {
+			chosen, top := sample.Logprobs(row, tok, l.gen.TopLogprobs)
+			ev.Logprobs = []Logprob{{Token: tok, Logprob: chosen.Logprob, Top: top}}
+		}
+		l.emitted++
+		l.events <- ev
+	}
+	if err != nil {
+		for _, w := range batch {
+			if w.l.cache != nil {
+				w.l.cache.Free()
+				w.l.cache = nil
+			}
+		}
+	}
+	e.mu.Lock()
+	e.sched.Complete(res)
+	e.mu.Unlock()
+}

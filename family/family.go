@@ -1,0 +1,25 @@
+// Package family maps an architecture (config model_type) to the adapter
+// that builds its forward pass. Only architectures listed here are
+// supported and advertised; anything else is model.ErrUnsupportedArch.
+package family
+
+import (
+	"fmt"
+
+	"github.com/goprovider/provider/model"
+	"github.com/goprovider/provider/model/llama"
+)
+
+// Supported lists the architectures with an adapter.
+func Supported() []string { return []string{"llama"} }
+
+// Build binds an architecture's forward pass to uploaded weights. It runs
+// on the MLX thread.
+func Build(cfg model.Config, w *model.Weights) (model.Network, error) {
+	switch cfg.Arch {
+	case "llama":
+		return llama.New(cfg, w)
+	default:
+		return nil, fmt.Errorf("%w: %q", model.ErrUnsupportedArch, cfg.Arch)
+	}
+}

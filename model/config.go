@@ -1,0 +1,83 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/goprovider/provider/mlx"
+)
+
+// Errors a loader returns; callers test them with errors.Is.
+var (
+	ErrUnsupportedArch = errors.New("unsupported model architecture")
+	ErrUnsupportedType = errors.New("unsupported tensor type")
+	ErrMissingTensor   = errors.New("missing tensor")
+	ErrBadConfig       = errors.New("invalid model config")
+)
+
+// RoPE describes rotary position embedding for an architecture.
+type RoPE struct {
+	Dims        int     // rotated features per head
+	Base        float32 // theta
+	Scale       float32 // position multiplier (linear scaling is 1/factor); 1 when unscaled
+	Traditional bool    // rotate adjacent pairs (GGUF llama layout) instead of halves
+	// Freqs, when non-nil, replaces Base: per-pair periods (base^(2i/d)
+	// times a scaling factor), as llama3-style scaling produces.
+	Freqs []float32
+}
+
+// LayerKind is the attention facts of one layer.
+type LayerKind struct {
+	Window     int // 0: full attention; otherwise sliding window in tokens
+	KVHeads    int
+	HeadDim    int
+	SharedFrom int // -1: owns its KV; else the layer whose KV it reuses
+}
+
+// Config is an architecture's shape, independent of the weight format.
+type Config struct {
+	Arch          string // model_type: "llama", ...
+	Vocab         int
+	Hidden        int
+	Intermediate  int
+	Layers        int
+	Heads         int
+	KVHeads       int
+	HeadDim       int
+	NormEps       float32
+	RoPE          RoPE
+	ContextLength int
+	TiedEmbedding bool
+	BOS           int32 // -1 when none
+	EOS           []int32
+	// ActDType is the dtype of activations and KV cache. Float32 on CPU keeps
+	// outputs comparable with reference implementations.
+	ActDType mlx.Dtype
+	Kinds    []LayerKind
+}
+
+// Validate checks the facts a forward pass relies on.
+func (c *Config) Validate() error {
+	switch {
+	case c.Vocab <= 0, c.Hidden <= 0, c.Layers <= 0, c.Heads <= 0, c.KVHeads <= 0, c.HeadDim <= 0, c.Intermediate <= 0:
+		return fmt.Errorf("%w: non-positive dimension (vocab %d hidden %d layers %d heads %d kv heads %d head dim %d ffn %d)",
+			ErrBadConfig, c.Vocab, c.Hidden, c.Layers, c.Heads, c.KVHeads, c.HeadDim, c.Intermediate)
+	case c.Heads%c.KVHeads != 0:
+		return fmt.Errorf("%w: %d heads not a multiple of %d KV heads", ErrBadConfig, c.Heads, c.KVHeads)
+	case c.RoPE.Dims <= 0 || c.RoPE.Dims > c.HeadDim || c.RoPE.Dims%2 != 0:
+		return fmt.Errorf("%w: rope dims %d for head dim %d", ErrBadConfig, c.RoPE.Dims, c.HeadDim)
+	case c.Layers > 4096 || c.Hidden > 1<<20 || c.Vocab > 1<<24:
+		return fmt.Errorf("%w: implausible size", ErrBadConfig)
+	case len(c.Kinds) != c.Layers:
+		return fmt.Errorf("%w: %d layer kinds for %d layers", ErrBadConfig, len(c.Kinds), c.Layers)
+	}
+	return nil
+}
+
+func uniformKinds(layers, kvHeads, headDim int) []LayerKind {
+	kinds := make([]LayerKind, layers)
+	for i := range kinds {
+		kinds[i] = LayerKind{KVHeads: kvHeads, HeadDim: headDim, SharedFrom: -1}
+	}
+	return kinds
+}

@@ -1,0 +1,20 @@
+// Package model is the one in-memory description of a checkpoint: its
+// architecture facts (Config: layer kinds, heads, context, EOS set), its
+// tokenizer and chat template, and its weights, whichever format it came
+// from (GGUF file, or an HF/MLX directory of config.json and safetensors).
+//
+// Loading happens in two halves. Parsing (Open) is pure Go and produces host
+// tensors: dense little-endian data, or MLX affine-quantized triples where
+// the source quantization maps exactly (GGUF Q4_0, Q4_1, Q8_0; MLX 4/8-bit).
+// Upload copies them into MLX arrays and must run on the MLX thread.
+// Other GGUF quantizations are dequantized on the host; nothing is
+// re-quantized behind the user's back.
+//
+// Invariants: every tensor is stored under its HF name
+// (model.layers.N.self_attn.q_proj.weight, ...) in row-major [out, in]
+// layout, whatever the source; an architecture without an adapter is an
+// ErrUnsupportedArch, never a guess.
+//
+// model imports mlx, gguf, safetensors, tokenizer and jinja; it never
+// imports an engine, server or family package.
+package model

@@ -1,0 +1,301 @@
+package model
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"regexp"
+	"strconv"
+
+	"github.com/goprovider/provider/gguf"
+	"github.com/goprovider/provider/mlx"
+	"github.com/goprovider/provider/tokenizer"
+)
+
+func openGGUF(path string) (*Model, error) {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	m := &Model{Format: "gguf", Path: path, closers: []io.Closer{f}}
+	if err := m.readGGUF(f); err != nil {
+		m.Close()
+		return nil, fmt.Errorf("model: %s: %w", path, err)
+	}
+	return m, nil
+}
+
+func (m *Model) readGGUF(f *gguf.File) error {
+	arch, ok := f.String("general.architecture")
+	if !ok {
+		return fmt.Errorf("%w: general.architecture missing", ErrBadConfig)
+	}
+	if arch != "llama" {
+		return fmt.Errorf("%w: %q", ErrUnsupportedArch, arch)
+	}
+	cfg, err := llamaConfigFromGGUF(f, arch)
+	if err != nil {
+		return err
+	}
+	tok, err := tokenizer.FromGGUF(f)
+	if err != nil {
+		return fmt.Errorf("tokenizer: %w", err)
+	}
+	if cfg.Vocab == 0 {
+		cfg.Vocab = tok.VocabSize()
+	}
+	cfg.BOS = tok.BOS()
+	cfg.EOS = tok.EOSSet()
+	m.Tokenizer = tok
+	m.ChatTemplate, _ = f.String("tokenizer.chat_template")
+
+	m.Tensors = make(map[string]*Tensor, len(f.Tensors))
+	for _, ti := range f.Tensors {
+		if ti.Name == "rope_freqs.weight" {
+			factors, err := ggufTensor(f, ti, ti.Name)
+			if err != nil {
+				return err
+			}
+			vals, err := factors.Float32s()
+			if err != nil {
+				return err
+			}
+			cfg.RoPE.Freqs = ropeFreqsWithFactors(cfg.RoPE.Base, cfg.RoPE.Dims, vals)
+			continue
+		}
+		name, ok := hfName(ti.Name)
+		if !ok {
+			return fmt.Errorf("%w: unexpected tensor %q for %s", ErrBadConfig, ti.Name, arch)
+		}
+		t, err := ggufTensor(f, ti, name)
+		if err != nil {
+			return err
+		}
+		m.Tensors[name] = t
+	}
+	if _, ok := m.Tensors["lm_head.weight"]; !ok {
+		cfg.TiedEmbedding = true
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	m.Config = cfg
+	return checkLlamaTensors(m)
+}
+
+func llamaConfigFromGGUF(f *gguf.File, arch string) (Config, error) {
+	u := func(key string) int {
+		v, _ := f.Uint(arch + "." + key)
+		if v > math.MaxInt32 {
+			return -1
+		}
+		return int(v)
+	}
+	c := Config{
+		Arch:          arch,
+		Vocab:         u("vocab_size"),
+		Hidden:        u("embedding_length"),
+		Intermediate:  u("feed_forward_length"),
+		Layers:        u("block_count"),
+		Heads:         u("attention.head_count"),
+		KVHeads:       u("attention.head_count_kv"),
+		ContextLength: u("context_length"),
+		ActDType:      mlx.Float32,
+	}
+	if c.KVHeads == 0 {
+		c.KVHeads = c.Heads
+	}
+	if c.Heads > 0 {
+		c.HeadDim = c.Hidden / c.Heads
+	}
+	if kl := u("attention.key_length"); kl > 0 {
+		c.HeadDim = kl
+	}
+	eps, ok := f.Float(arch + ".attention.layer_norm_rms_epsilon")
+	if !ok {
+		eps = 1e-5
+	}
+	c.NormEps = float32(eps)
+	base, ok := f.Float(arch + ".rope.freq_base")
+	if !ok {
+		base = 10000
+	}
+	c.RoPE = RoPE{Dims: u("rope.dimension_count"), Base: float32(base), Scale: 1, Traditional: true}
+	if c.RoPE.Dims == 0 {
+		c.RoPE.Dims = c.HeadDim
+	}
+	if kind, ok := f.String(arch + ".rope.scaling.type"); ok && kind != "none" {
+		factor, _ := f.Float(arch + ".rope.scaling.factor")
+		switch {
+		case kind == "linear" && factor > 0:
+			c.RoPE.Scale = float32(1 / factor)
+		case kind == "linear":
+		default:
+			return c, fmt.Errorf("%w: rope scaling %q", ErrUnsupportedArch, kind)
+		}
+	}
+	c.Kinds = uniformKinds(c.Layers, c.KVHeads, c.HeadDim)
+	return c, nil
+}
+
+// ropeFreqsWithFactors turns llama.cpp's per-pair frequency divisors into
+// MLX periods: base^(2i/d) * factor_i.
+func ropeFreqsWithFactors(base float32, dims int, factors []float32) []float32 {
+	out := make([]float32, dims/2)
+	for i := range out {
+		p := math.Pow(float64(base), float64(2*i)/float64(dims))
+		fac := float32(1)
+		if i < len(factors) {
+			fac = factors[i]
+		}
+		out[i] = float32(p) * fac
+	}
+	return out
+}
+
+var blkName = regexp.MustCompile(`^blk\.(\d+)\.(\w+)\.(weight|bias)$`)
+
+var ggufLayerNames = map[string]string{
+	"attn_norm":   "input_layernorm",
+	"ffn_norm":    "post_attention_layernorm",
+	"attn_q":      "self_attn.q_proj",
+	"attn_k":      "self_attn.k_proj",
+	"attn_v":      "self_attn.v_proj",
+	"attn_output": "self_attn.o_proj",
+	"ffn_gate":    "mlp.gate_proj",
+	"ffn_up":      "mlp.up_proj",
+	"ffn_down":    "mlp.down_proj",
+}
+
+// hfName maps a llama.cpp tensor name to the HF name the families use.
+func hfName(name string) (string, bool) {
+	switch name {
+	case "token_embd.weight":
+		return "model.embed_tokens.weight", true
+	case "output_norm.weight":
+		return "model.norm.weight", true
+	case "output.weight":
+		return "lm_head.weight", true
+	}
+	sm := blkName.FindStringSubmatch(name)
+	if sm == nil {
+		return "", false
+	}
+	hf, ok := ggufLayerNames[sm[2]]
+	if !ok {
+		return "", false
+	}
+	idx, err := strconv.Atoi(sm[1])
+	if err != nil {
+		return "", false
+	}
+	return fmt.Sprintf("model.layers.%d.%s.%s", idx, hf, sm[3]), true
+}
+
+// ggufTensor converts one GGUF tensor: float types stay dense, Q4_0/Q4_1/
+// Q8_0 matrices map exactly to MLX affine quantization, anything else that
+// gguf can decode is dequantized to float32.
+func ggufTensor(f *gguf.File, ti gguf.TensorInfo, name string) (*Tensor, error) {
+	data, err := f.TensorData(ti)
+	if err != nil {
+		return nil, err
+	}
+	shape := make([]int, len(ti.Dims))
+	for i, d := range ti.Dims {
+		if d > math.MaxInt32 {
+			return nil, fmt.Errorf("%w: %s dimension %d", ErrBadConfig, ti.Name, d)
+		}
+		shape[len(ti.Dims)-1-i] = int(d)
+	}
+	t := &Tensor{Name: name, Shape: shape}
+	switch ti.Type {
+	case gguf.F32:
+		t.DType, t.Data = mlx.Float32, data
+		return t, nil
+	case gguf.F16:
+		t.DType, t.Data = mlx.Float16, data
+		return t, nil
+	case gguf.BF16:
+		t.DType, t.Data = mlx.BFloat16, data
+		return t, nil
+	case gguf.Q4_0, gguf.Q4_1, gguf.Q8_0:
+		if len(shape) == 2 && shape[1]%32 == 0 {
+			a, err := gguf.ToAffine(ti.Type, data, shape[0], shape[1])
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", ti.Name, err)
+			}
+			t.DType, t.Data = mlx.Uint32, uint32Bytes(a.Packed)
+			t.Quant = &Quant{Bits: a.Bits, GroupSize: a.GroupSize, Mode: "affine",
+				Scales: uint16Bytes(a.Scales), Biases: uint16Bytes(a.Biases), ScaleDType: mlx.Float16}
+			return t, nil
+		}
+	}
+	vals, err := gguf.Dequantize(ti.Type, data, int(ti.Elements()))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w: %w", ti.Name, ErrUnsupportedType, err)
+	}
+	t.DType, t.Data = mlx.Float32, float32Bytes(vals)
+	return t, nil
+}
+
+func checkLlamaTensors(m *Model) error {
+	c := m.Config
+	want := []struct {
+		name  string
+		shape []int
+	}{
+		{"model.embed_tokens.weight", []int{c.Vocab, c.Hidden}},
+		{"model.norm.weight", []int{c.Hidden}},
+	}
+	if !c.TiedEmbedding {
+		want = append(want, struct {
+			name  string
+			shape []int
+		}{"lm_head.weight", []int{c.Vocab, c.Hidden}})
+	}
+	for i := range c.Layers {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		q, kv := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
+		for _, w := range []struct {
+			n string
+			s []int
+		}{
+			{"input_layernorm.weight", []int{c.Hidden}},
+			{"post_attention_layernorm.weight", []int{c.Hidden}},
+			{"self_attn.q_proj.weight", []int{q, c.Hidden}},
+			{"self_attn.k_proj.weight", []int{kv, c.Hidden}},
+			{"self_attn.v_proj.weight", []int{kv, c.Hidden}},
+			{"self_attn.o_proj.weight", []int{c.Hidden, q}},
+			{"mlp.gate_proj.weight", []int{c.Intermediate, c.Hidden}},
+			{"mlp.up_proj.weight", []int{c.Intermediate, c.Hidden}},
+			{"mlp.down_proj.weight", []int{c.Hidden, c.Intermediate}},
+		} {
+			want = append(want, struct {
+				name  string
+				shape []int
+			}{p + w.n, w.s})
+		}
+	}
+	for _, w := range want {
+		t, err := m.Tensor(w.name)
+		if err != nil {
+			return err
+		}
+		if !sameShape(t.Shape, w.shape) {
+			return fmt.Errorf("%w: %s has shape %v, want %v", ErrBadConfig, w.name, t.Shape, w.shape)
+		}
+	}
+	return nil
+}
+
+func sameShape(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

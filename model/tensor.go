@@ -1,0 +1,185 @@
+package model
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"unsafe"
+
+	"github.com/goprovider/provider/mlx"
+)
+
+// Quant describes an MLX-quantized host tensor: Tensor.Data holds the packed
+// uint32 words, Scales and Biases the per-group parameters.
+type Quant struct {
+	Bits, GroupSize int
+	Mode            string // "affine"
+	Scales, Biases  []byte
+	ScaleDType      mlx.Dtype
+}
+
+// Tensor is one weight on the host, row-major.
+type Tensor struct {
+	Name  string
+	Shape []int // logical shape; for a quantized matrix [out, in] of the unpacked values
+	DType mlx.Dtype
+	Data  []byte
+	Quant *Quant
+}
+
+// Bytes is the host memory the tensor's data occupies.
+func (t *Tensor) Bytes() int {
+	n := len(t.Data)
+	if t.Quant != nil {
+		n += len(t.Quant.Scales) + len(t.Quant.Biases)
+	}
+	return n
+}
+
+func float32Bytes(v []float32) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), len(v)*4)
+}
+
+func uint32Bytes(v []uint32) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), len(v)*4)
+}
+
+func uint16Bytes(v []uint16) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), len(v)*2)
+}
+
+// Float32s decodes a dense float tensor (F32, F16, BF16) on the host.
+func (t *Tensor) Float32s() ([]float32, error) {
+	if t.Quant != nil {
+		return nil, fmt.Errorf("%s: quantized tensor has no dense host values", t.Name)
+	}
+	switch t.DType {
+	case mlx.Float32:
+		out := make([]float32, len(t.Data)/4)
+		for i := range out {
+			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(t.Data[4*i:]))
+		}
+		return out, nil
+	default:
+		return nil, fmt.Errorf("%s: %w: host decode of %v", t.Name, ErrUnsupportedType, t.DType)
+	}
+}
+
+// Weight is a tensor on the MLX device.
+type Weight struct {
+	W, Scales, Biases mlx.Array
+	Bits, GroupSize   int
+	Mode              string
+}
+
+// Quantized reports whether W holds packed quantized values.
+func (w *Weight) Quantized() bool { return w.Scales.Valid() }
+
+// Free releases the arrays.
+func (w *Weight) Free() {
+	w.W.Free()
+	w.Scales.Free()
+	w.Biases.Free()
+}
+
+// Bytes is the device memory of the weight.
+func (w *Weight) Bytes() int {
+	n := 0
+	for _, a := range []mlx.Array{w.W, w.Scales, w.Biases} {
+		if a.Valid() {
+			n += a.Nbytes()
+		}
+	}
+	return n
+}
+
+// Linear computes x @ W.T.
+func (w *Weight) Linear(f *mlx.Frame, x mlx.Array) mlx.Array {
+	if w.Quantized() {
+		return f.QuantizedMatMul(x, w.W, w.Scales, w.Biases, true, w.GroupSize, w.Bits, w.Mode)
+	}
+	return f.MatMul(x, f.Transpose(w.W, 1, 0))
+}
+
+// Embed gathers rows of W for token ids.
+func (w *Weight) Embed(f *mlx.Frame, ids mlx.Array) mlx.Array {
+	if !w.Quantized() {
+		return f.Take(w.W, ids, 0)
+	}
+	rows := f.Take(w.W, ids, 0)
+	sc := f.Take(w.Scales, ids, 0)
+	var bi mlx.Array
+	if w.Biases.Valid() {
+		bi = f.Take(w.Biases, ids, 0)
+	}
+	return f.Dequantize(rows, sc, bi, w.GroupSize, w.Bits, w.Mode)
+}
+
+// upload copies a host tensor to the device, converting float data and
+// quantization parameters to act.
+func upload(s mlx.Stream, t *Tensor, act mlx.Dtype) (*Weight, error) {
+	f := mlx.NewFrame(s)
+	defer f.Free()
+	if t.Quant == nil {
+		a, err := mlx.FromBytes(t.Data, t.DType, t.Shape...)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", t.Name, err)
+		}
+		w := &Weight{W: a}
+		if t.DType != act && isFloat(t.DType) {
+			conv := f.Keep(f.AsType(a, act))
+			if err := f.Eval(conv); err != nil {
+				a.Free()
+				return nil, fmt.Errorf("%s: %w", t.Name, err)
+			}
+			a.Free()
+			w.W = conv
+		}
+		return w, nil
+	}
+	q := t.Quant
+	if len(t.Shape) != 2 {
+		return nil, fmt.Errorf("%s: quantized tensor of rank %d", t.Name, len(t.Shape))
+	}
+	rows, cols := t.Shape[0], t.Shape[1]
+	packed, err := mlx.FromBytes(t.Data, mlx.Uint32, rows, cols*q.Bits/32)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", t.Name, err)
+	}
+	w := &Weight{W: packed, Bits: q.Bits, GroupSize: q.GroupSize, Mode: q.Mode}
+	for _, p := range []struct {
+		dst *mlx.Array
+		src []byte
+	}{{&w.Scales, q.Scales}, {&w.Biases, q.Biases}} {
+		if p.src == nil {
+			continue
+		}
+		a, err := mlx.FromBytes(p.src, q.ScaleDType, rows, cols/q.GroupSize)
+		if err != nil {
+			w.Free()
+			return nil, fmt.Errorf("%s: %w", t.Name, err)
+		}
+		conv := f.Keep(f.AsType(a, act))
+		if err := f.Eval(conv); err != nil {
+			a.Free()
+			w.Free()
+			return nil, fmt.Errorf("%s: %w", t.Name, err)
+		}
+		a.Free()
+		*p.dst = conv
+	}
+	return w, nil
+}
+
+func isFloat(d mlx.Dtype) bool {
+	return d == mlx.Float32 || d == mlx.Float16 || d == mlx.BFloat16
+}
