@@ -1,0 +1,62 @@
+// Package engine owns one model's continuous-batching engine: which requests
+// run, how far each advances per step, and how many KV-cache bytes they may
+// hold.
+//
+// # The policy core
+//
+// The core is pure: KVLayout (cache byte math), Ledger (the KV-byte
+// admission ledger) and Scheduler (the step planner) read no clock, start no
+// goroutine, do no I/O and never touch MLX. Like a consensus state machine
+// that is handed messages and returns what to do, the Scheduler is driven by
+// the engine loop around it:
+//
+//	s.Submit(req) / s.Cancel(id) / s.Resize(bytes) / s.SetMaxConcurrent(n)   at any time between steps
+//	plan := s.Plan()            decide the next step; charges the ledger for it
+//	(drop the caches of plan.Preempted and plan.Finished rows, end the
+//	 Finished streams, run plan.Prefill and plan.Decode as one batched step)
+//	s.Complete(result)          feed back end-of-sequence tokens and failures
+//
+// A plan with work must be completed before the next Plan. The same sequence
+// of calls always yields the same plans.
+//
+// # Policy
+//
+// Submit rejects only what can never fit: a request whose prompt plus
+// MaxTokens tokens would need more than capacity - watermark bytes. Others
+// are admitted optimistically and charged step by step: before a row takes a
+// step the ledger is charged the bytes its cache holds after that step. Each
+// step spends at most one token budget: running rows first (decode rows cost
+// one token, prefill rows a chunk), then waiting rows in FIFO order while the
+// budget, the concurrency cap and the ledger allow. A prefill chunk never
+// ends inside a multimodal span. When growth would overflow the ledger the
+// least important running row is preempted: it returns to the front of the
+// waiting queue and later recomputes its prompt and the tokens it already
+// generated. The watermark (5% of capacity) binds admissions only, so rows
+// already running can grow into it. Shrinking the capacity never evicts: it
+// stops admissions until the ledger drains.
+//
+// # Invariants
+//
+// At every point between calls:
+//
+//   - Ledger.Used equals the sum of the charges and is never negative; once
+//     every charge is released it is 0.
+//   - Used <= Ledger.Ceiling; Ceiling equals the capacity except while a
+//     shrink drains, so Used <= capacity whenever no shrink is draining.
+//   - The rows holding a charge are exactly the running rows.
+//   - A row is in at most one of waiting, running and finished-unreported.
+//   - Running rows never exceed the concurrency cap, except after the cap is
+//     lowered, until enough rows finish; Plan admits nobody meanwhile.
+//   - A plan's tokens (prefill lengths plus decode rows) stay within the
+//     token budget, except that the first prefill chunk may overrun it to
+//     take a whole span longer than the budget left.
+//   - Every request Submit accepted leaves in exactly one way: Cancel, or one
+//     Finish in some plan; while steps keep completing, every one of them
+//     eventually leaves.
+//
+// # Imports
+//
+// The package knows nothing of HTTP, the request-level stage graph, the
+// server or the bench harness, and must never import them. The policy core
+// imports only the standard library.
+package engine
