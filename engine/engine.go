@@ -212,26 +212,31 @@ func (e *Engine) poke() {
 
 func (e *Engine) loop() {
 	defer close(e.done)
+	// idlePoll bounds how long an idle loop sleeps, so leases of rows that
+	// wait without progress still expire.
+	const idlePoll = time.Second
 	for {
-		e.th.Do(e.tick)
-		e.mu.Lock()
-		idle := e.sched.Snapshot().Running == 0 && e.sched.Snapshot().Waiting == 0
-		e.mu.Unlock()
-		if idle {
+		var worked bool
+		e.th.Do(func() { worked = e.tick() })
+		if worked {
 			select {
-			case <-e.wake:
 			case <-e.quit:
 				e.th.Do(e.abortAll)
 				return
+			default:
 			}
 			continue
 		}
+		t := e.opt.Clock.Timer(idlePoll)
 		select {
+		case <-e.wake:
+		case <-t.C:
 		case <-e.quit:
+			t.Stop()
 			e.th.Do(e.abortAll)
 			return
-		default:
 		}
+		t.Stop()
 	}
 }
 
@@ -268,8 +273,9 @@ func (e *Engine) end(l *live, ev Event) {
 	close(l.events)
 }
 
-// tick runs one scheduling step on the MLX thread.
-func (e *Engine) tick() {
+// tick runs one scheduling step on the MLX thread and reports whether it
+// did anything.
+func (e *Engine) tick() bool {
 	now := e.opt.Clock.Now()
 	e.mu.Lock()
 	// Cancelled and lease-expired rows leave before planning.
@@ -341,7 +347,7 @@ func (e *Engine) tick() {
 		}
 	}
 	if len(batch) == 0 {
-		return
+		return len(gone)+len(fins) > 0
 	}
 
 	tokens := make([][]int32, len(batch))
@@ -403,4 +409,5 @@ func (e *Engine) tick() {
 	e.mu.Lock()
 	e.sched.Complete(res)
 	e.mu.Unlock()
+	return true
 }

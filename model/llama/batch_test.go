@@ -1,0 +1,69 @@
+package llama
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/goprovider/provider/mlx"
+	"github.com/goprovider/provider/model"
+	"github.com/goprovider/provider/sample"
+	"github.com/goprovider/provider/tokenizer"
+)
+
+// greedy runs rows together: one Forward per step over every row, prompts
+// of different lengths in the first step, then batched single-token decode.
+func greedy(tb testing.TB, l *loaded, prompts [][]int32, steps int) [][]int32 {
+	tb.Helper()
+	out := make([][]int32, len(prompts))
+	l.th.Do(func() {
+		caches := make([]model.Cache, len(prompts))
+		for i := range caches {
+			caches[i] = l.net.NewCache()
+			defer caches[i].Free()
+		}
+		next := prompts
+		vocab := l.m.Config.Vocab
+		for range steps {
+			f := mlx.NewFrame(l.s)
+			logits := f.ToFloat32s(l.net.Forward(f, next, caches))
+			f.Free()
+			if err := f.Err(); err != nil {
+				tb.Fatal(err)
+			}
+			next = make([][]int32, len(prompts))
+			for i := range prompts {
+				tok := sample.Argmax(logits[i*vocab : (i+1)*vocab])
+				out[i] = append(out[i], tok)
+				next[i] = []int32{tok}
+			}
+		}
+	})
+	return out
+}
+
+func TestBatchedForwardEqualsAlone(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		path  string
+		steps int
+	}{
+		{"stories260K", storiesPath, 64},
+		{"SmolLM2", smolPath, 24},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := load(t, tc.path)
+			var prompts [][]int32
+			for _, s := range []string{"Once upon a time", "The cat", "A long time ago in a small town there lived a boy who", "Hi"} {
+				ids := l.m.Tokenizer.Encode(s, tokenizer.EncodeOptions{AddSpecial: true})
+				prompts = append(prompts, ids)
+			}
+			together := greedy(t, l, prompts, tc.steps)
+			for i, p := range prompts {
+				alone := greedy(t, l, [][]int32{p}, tc.steps)[0]
+				if fmt.Sprint(alone) != fmt.Sprint(together[i]) {
+					t.Errorf("row %d (%d prompt tokens): batched %v\nalone %v", i, len(p), together[i], alone)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,49 @@
+package llama
+
+import (
+	"testing"
+	"time"
+
+	"github.com/goprovider/provider/mlx"
+	"github.com/goprovider/provider/model"
+	"github.com/goprovider/provider/sample"
+)
+
+// BenchmarkSmolLM2 measures single-sequence prefill of a 128-token prompt
+// and greedy decode of 64 tokens; compare with scripts/bench_llamacpp.py on
+// the same weights.
+func BenchmarkSmolLM2(b *testing.B) {
+	l := load(b, smolPath)
+	const promptLen, decode = 128, 64
+	prompt := make([]int32, promptLen)
+	for i := range prompt {
+		prompt[i] = int32(1000 + i*37%8000)
+	}
+	var prefill, dec time.Duration
+	b.ResetTimer()
+	for range b.N {
+		l.th.Do(func() {
+			c := l.net.NewCache()
+			defer c.Free()
+			step := func(tokens []int32) int32 {
+				f := mlx.NewFrame(l.s)
+				defer f.Free()
+				logits := f.ToFloat32s(l.net.Forward(f, [][]int32{tokens}, []model.Cache{c}))
+				if f.Err() != nil {
+					b.Fatal(f.Err())
+				}
+				return sample.Argmax(logits)
+			}
+			t0 := time.Now()
+			tok := step(prompt)
+			t1 := time.Now()
+			for range decode {
+				tok = step([]int32{tok})
+			}
+			prefill += t1.Sub(t0)
+			dec += time.Since(t1)
+		})
+	}
+	b.ReportMetric(float64(promptLen*b.N)/prefill.Seconds(), "prefill-tok/s")
+	b.ReportMetric(float64(decode*b.N)/dec.Seconds(), "decode-tok/s")
+}
