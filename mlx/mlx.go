@@ -195,6 +195,9 @@ func (a Array) Shape() []int {
 
 // Dim returns one dimension; negative indices count from the end.
 func (a Array) Dim(i int) int {
+	if !a.Valid() {
+		return 0
+	}
 	n := int(C.mlx_array_ndim(a.c))
 	if i < 0 {
 		i += n
@@ -203,19 +206,42 @@ func (a Array) Dim(i int) int {
 }
 
 // Ndim is the number of dimensions.
-func (a Array) Ndim() int { return int(C.mlx_array_ndim(a.c)) }
+func (a Array) Ndim() int {
+	if !a.Valid() {
+		return 0
+	}
+	return int(C.mlx_array_ndim(a.c))
+}
 
 // Dtype is the element type.
-func (a Array) Dtype() Dtype { return Dtype(C.mlx_array_dtype(a.c)) }
+func (a Array) Dtype() Dtype {
+	if !a.Valid() {
+		return Float32
+	}
+	return Dtype(C.mlx_array_dtype(a.c))
+}
 
 // Size is the number of elements.
-func (a Array) Size() int { return int(C.mlx_array_size(a.c)) }
+func (a Array) Size() int {
+	if !a.Valid() {
+		return 0
+	}
+	return int(C.mlx_array_size(a.c))
+}
 
 // Nbytes is the size of the array's data in bytes.
-func (a Array) Nbytes() int { return int(C.mlx_array_nbytes(a.c)) }
+func (a Array) Nbytes() int {
+	if !a.Valid() {
+		return 0
+	}
+	return int(C.mlx_array_nbytes(a.c))
+}
 
 // Clone returns a new caller-owned handle to the same array.
 func (a Array) Clone() Array {
+	if !a.Valid() {
+		return Array{}
+	}
 	res := C.mlx_array_new()
 	C.mlx_array_set(&res, a.c)
 	return Array{res}
