@@ -111,53 +111,56 @@ func (f *File) Lookup(key string) (Value, bool) {
 	return f.KV[i].Value, true
 }
 
+// get applies a Value accessor to key's value; a missing key is never ok,
+// whatever the zero Value would convert to.
+func get[T any](f *File, key string, as func(Value) (T, bool)) (T, bool) {
+	v, ok := f.Lookup(key)
+	if !ok {
+		var zero T
+		return zero, false
+	}
+	return as(v)
+}
+
 // String returns a string value; ok is false when missing or not a string.
 func (f *File) String(key string) (string, bool) {
-	v, _ := f.Lookup(key)
-	return v.AsString()
+	return get(f, key, Value.AsString)
 }
 
 // Uint returns a non-negative value of any integer type.
 func (f *File) Uint(key string) (uint64, bool) {
-	v, _ := f.Lookup(key)
-	return v.AsUint()
+	return get(f, key, Value.AsUint)
 }
 
 // Int returns a value of any integer type that fits in int64.
 func (f *File) Int(key string) (int64, bool) {
-	v, _ := f.Lookup(key)
-	return v.AsInt()
+	return get(f, key, Value.AsInt)
 }
 
 // Float returns a float32 or float64 value.
 func (f *File) Float(key string) (float64, bool) {
-	v, _ := f.Lookup(key)
-	return v.AsFloat()
+	return get(f, key, Value.AsFloat)
 }
 
 // Bool returns a bool value.
 func (f *File) Bool(key string) (bool, bool) {
-	v, _ := f.Lookup(key)
-	return v.AsBool()
+	return get(f, key, Value.AsBool)
 }
 
 // Strings returns a string array. The slice is shared; do not modify it.
 func (f *File) Strings(key string) ([]string, bool) {
-	v, _ := f.Lookup(key)
-	return v.AsStrings()
+	return get(f, key, Value.AsStrings)
 }
 
 // Float32s returns a float32 array as a new slice.
 func (f *File) Float32s(key string) ([]float32, bool) {
-	v, _ := f.Lookup(key)
-	return v.AsFloat32s()
+	return get(f, key, Value.AsFloat32s)
 }
 
 // Int32s returns an array of any integer type converted to a new int32
 // slice; ok is false when an element does not fit.
 func (f *File) Int32s(key string) ([]int32, bool) {
-	v, _ := f.Lookup(key)
-	return v.AsInt32s()
+	return get(f, key, Value.AsInt32s)
 }
 
 // Tensor returns the description of the named tensor.

@@ -490,3 +490,26 @@ func TestSmolLM2(t *testing.T) {
 		checkAffineExact(t, ti.Type, d, rows, cols)
 	}
 }
+
+func TestMissingKeysAreNotOK(t *testing.T) {
+	f, err := Open("../testdata/models/stories260K.gguf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if v, ok := f.Uint("no.such.key"); ok {
+		t.Errorf("Uint of a missing key = %d, true", v)
+	}
+	if v, ok := f.Int("no.such.key"); ok {
+		t.Errorf("Int of a missing key = %d, true", v)
+	}
+	if _, ok := f.Float("no.such.key"); ok {
+		t.Error("Float of a missing key is ok")
+	}
+	if _, ok := f.Bool("no.such.key"); ok {
+		t.Error("Bool of a missing key is ok")
+	}
+	if n, ok := f.Uint("llama.block_count"); !ok || n != 5 {
+		t.Errorf("llama.block_count = %d, %v", n, ok)
+	}
+}
