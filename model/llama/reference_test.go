@@ -82,7 +82,7 @@ type refCase struct {
 }
 
 var refCases = []refCase{
-	{"stories260K", storiesPath, "../../testdata/ref/stories260K", 1e-3},
+	{"stories260K", storiesPath, "../../testdata/ref/stories260K", 1e-4},
 	{"SmolLM2", smolPath, "../../testdata/ref/smollm2", 0.35},
 }
 
@@ -210,5 +210,44 @@ func checkPrompt(t *testing.T, rc refCase, l *loaded, p refPrompt) {
 	default:
 		t.Errorf("greedy diverges at step %d where llama.cpp's margin is %.3g:\n ours %v\n llama.cpp %v",
 			firstDiff, p.Steps[firstDiff].Margin, ours, p.Generated)
+	}
+}
+
+// TestPrefillLogitsEveryPosition compares the logits of every prompt
+// position, computed in one prefill, with llama.cpp's.
+func TestPrefillLogitsEveryPosition(t *testing.T) {
+	for _, rc := range refCases {
+		t.Run(rc.name, func(t *testing.T) {
+			raw, err := os.ReadFile(filepath.Join(rc.dir, "prefill_logits.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var meta struct {
+				PromptTokens []int32 `json:"prompt_tokens"`
+				Shape        []int   `json:"shape"`
+			}
+			if err := json.Unmarshal(raw, &meta); err != nil {
+				t.Fatal(err)
+			}
+			ref := readF32(t, filepath.Join(rc.dir, "prefill_logits.f32"))
+			l := load(t, rc.path)
+			vocab := l.m.Config.Vocab
+			if len(meta.Shape) != 2 || meta.Shape[1] != vocab || len(ref) != meta.Shape[0]*vocab {
+				t.Fatalf("fixture shape %v, %d values", meta.Shape, len(ref))
+			}
+			// Position i's logits: feed tokens [0, i] as one prefill.
+			worst := 0.0
+			for i := range meta.PromptTokens {
+				r := &stepRun{l: l, cache: l.net.NewCache()}
+				got := r.step(t, meta.PromptTokens[:i+1])
+				l.th.Do(r.cache.Free)
+				d, at := maxAbsDiff(got, ref[i*vocab:(i+1)*vocab])
+				worst = max(worst, d)
+				if d > rc.logitTol {
+					t.Errorf("position %d: max |logit diff| %.4g at token %d", i, d, at)
+				}
+			}
+			t.Logf("%d positions, worst max |logit diff| %.3g", len(meta.PromptTokens), worst)
+		})
 	}
 }
