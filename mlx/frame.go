@@ -196,6 +196,16 @@ func (f *Frame) Copy(a Array) Array {
 	return f.op("copy", func(r *C.mlx_array) C.int { return C.mlx_copy(r, a.c, f.s.c) }, a)
 }
 
+// Abs is the element-wise absolute value.
+func (f *Frame) Abs(a Array) Array {
+	return f.op("abs", func(r *C.mlx_array) C.int { return C.mlx_abs(r, a.c, f.s.c) }, a)
+}
+
+// Round rounds to the nearest value with decimals digits (ties to even).
+func (f *Frame) Round(a Array, decimals int) Array {
+	return f.op("round", func(r *C.mlx_array) C.int { return C.mlx_round(r, a.c, C.int(decimals), f.s.c) }, a)
+}
+
 // SiLU is x * sigmoid(x).
 func (f *Frame) SiLU(x Array) Array { return f.Multiply(x, f.Sigmoid(x)) }
 

@@ -105,6 +105,8 @@ int mlx_less(mlx_array* res, const mlx_array a, const mlx_array b, const mlx_str
 int mlx_equal(mlx_array* res, const mlx_array a, const mlx_array b, const mlx_stream s);
 int mlx_where(mlx_array* res, const mlx_array cond, const mlx_array x, const mlx_array y, const mlx_stream s);
 int mlx_negative(mlx_array* res, const mlx_array a, const mlx_stream s);
+int mlx_abs(mlx_array* res, const mlx_array a, const mlx_stream s);
+int mlx_round(mlx_array* res, const mlx_array a, int decimals, const mlx_stream s);
 int mlx_exp(mlx_array* res, const mlx_array a, const mlx_stream s);
 int mlx_log(mlx_array* res, const mlx_array a, const mlx_stream s);
 int mlx_sqrt(mlx_array* res, const mlx_array a, const mlx_stream s);

@@ -288,6 +288,7 @@ BINARY(mlx_less, less)
 BINARY(mlx_equal, equal)
 BINARY(mlx_matmul, matmul)
 UNARY(mlx_negative, negative)
+UNARY(mlx_abs, abs)
 UNARY(mlx_exp, exp)
 UNARY(mlx_log, log)
 UNARY(mlx_sqrt, sqrt)
@@ -304,6 +305,10 @@ REDUCE(mlx_mean_axis, mean)
 REDUCE(mlx_max_axis, max)
 REDUCE(mlx_argmax_axis, argmax)
 REDUCE(mlx_logsumexp_axis, logsumexp)
+
+int mlx_round(mlx_array* res, const mlx_array a, int decimals, const mlx_stream s) {
+  return guard([&] { set(res, mx::round(arr(a), decimals, strm(s))); });
+}
 
 int mlx_where(mlx_array* res, const mlx_array c, const mlx_array x, const mlx_array y, const mlx_stream s) {
   return guard([&] { set(res, mx::where(arr(c), arr(x), arr(y), strm(s))); });

@@ -54,6 +54,20 @@ type Config struct {
 	// outputs comparable with reference implementations.
 	ActDType mlx.Dtype
 	Kinds    []LayerKind
+	// ReferenceNumerics makes matmuls with llama.cpp-quantized weights
+	// quantize their input activations to 8-bit blocks first, as
+	// llama.cpp's CPU kernels do, so outputs can be compared with llama.cpp
+	// token for token. Off by default: float activations are more exact.
+	ReferenceNumerics bool
+	// LocalRoPE, when its Dims is non-zero, is the rotary embedding of the
+	// sliding-window layers (Kinds[i].Window > 0); RoPE then serves the
+	// full-attention layers only (Gemma 3: base 10,000 local, 1,000,000
+	// global).
+	LocalRoPE RoPE
+	// AttnScale multiplies query-key products; 0 means 1/sqrt(HeadDim).
+	AttnScale float32
+	// FinalLogitSoftcap, when positive, maps logits to c*tanh(logits/c).
+	FinalLogitSoftcap float32
 }
 
 // Validate checks the facts a forward pass relies on.

@@ -30,10 +30,11 @@ func (m *Model) readGGUF(f *gguf.File) error {
 	if !ok {
 		return fmt.Errorf("%w: general.architecture missing", ErrBadConfig)
 	}
-	if arch != "llama" {
+	fam, ok := ggufFamilies[arch]
+	if !ok {
 		return fmt.Errorf("%w: %q", ErrUnsupportedArch, arch)
 	}
-	cfg, err := llamaConfigFromGGUF(f, arch)
+	cfg, err := fam.config(f, arch)
 	if err != nil {
 		return err
 	}
@@ -47,6 +48,9 @@ func (m *Model) readGGUF(f *gguf.File) error {
 	cfg.BOS = tok.BOS()
 	cfg.EOS = tok.EOSSet()
 	m.Tokenizer = tok
+	if arch == "gemma3" {
+		cfg.EOS = gemma3EOS(m, cfg.EOS)
+	}
 	m.ChatTemplate, _ = f.String("tokenizer.chat_template")
 
 	m.Tensors = make(map[string]*Tensor, len(f.Tensors))
@@ -63,7 +67,7 @@ func (m *Model) readGGUF(f *gguf.File) error {
 			cfg.RoPE.Freqs = ropeFreqsWithFactors(cfg.RoPE.Base, cfg.RoPE.Dims, vals)
 			continue
 		}
-		name, ok := hfName(ti.Name)
+		name, ok := fam.name(ti.Name)
 		if !ok {
 			return fmt.Errorf("%w: unexpected tensor %q for %s", ErrBadConfig, ti.Name, arch)
 		}
@@ -80,7 +84,18 @@ func (m *Model) readGGUF(f *gguf.File) error {
 		return err
 	}
 	m.Config = cfg
-	return checkLlamaTensors(m)
+	return fam.check(m)
+}
+
+// ggufFamilies are the GGUF architectures the loader reads: how to build
+// the config, map tensor names to HF names, and check the tensor set.
+var ggufFamilies = map[string]struct {
+	config func(*gguf.File, string) (Config, error)
+	name   func(string) (string, bool)
+	check  func(*Model) error
+}{
+	"llama":  {llamaConfigFromGGUF, hfName, checkLlamaTensors},
+	"gemma3": {gemma3ConfigFromGGUF, gemma3Name, checkGemma3Tensors},
 }
 
 func llamaConfigFromGGUF(f *gguf.File, arch string) (Config, error) {
@@ -193,8 +208,11 @@ func hfName(name string) (string, bool) {
 }
 
 // ggufTensor converts one GGUF tensor: float types stay dense, Q4_0/Q4_1/
-// Q8_0 matrices map exactly to MLX affine quantization, anything else that
-// gguf can decode is dequantized to float32.
+// Q8_0 matrices map exactly to MLX affine quantization with binary16 group
+// parameters, Q4_K/Q5_K/Q5_0 ones with float32 parameters (a K-quant group
+// scale d*sc needs 17 significant bits), anything else that gguf can decode
+// (Q6_K, whose 16-element groups MLX lacks, among them) is dequantized to
+// float32.
 func ggufTensor(f *gguf.File, ti gguf.TensorInfo, name string) (*Tensor, error) {
 	data, err := f.TensorData(ti)
 	if err != nil {
@@ -208,6 +226,9 @@ func ggufTensor(f *gguf.File, ti gguf.TensorInfo, name string) (*Tensor, error) 
 		shape[len(ti.Dims)-1-i] = int(d)
 	}
 	t := &Tensor{Name: name, Shape: shape}
+	if ti.Type != gguf.F32 && ti.Type != gguf.F16 && ti.Type != gguf.BF16 {
+		t.GGMLType = ti.Type.String()
+	}
 	switch ti.Type {
 	case gguf.F32:
 		t.DType, t.Data = mlx.Float32, data
@@ -227,6 +248,17 @@ func ggufTensor(f *gguf.File, ti gguf.TensorInfo, name string) (*Tensor, error) 
 			t.DType, t.Data = mlx.Uint32, uint32Bytes(a.Packed)
 			t.Quant = &Quant{Bits: a.Bits, GroupSize: a.GroupSize, Mode: "affine",
 				Scales: uint16Bytes(a.Scales), Biases: uint16Bytes(a.Biases), ScaleDType: mlx.Float16}
+			return t, nil
+		}
+	case gguf.Q4_K, gguf.Q5_K, gguf.Q5_0:
+		if len(shape) == 2 && shape[1]%ti.Type.BlockSize() == 0 {
+			a, err := gguf.ToAffineF32(ti.Type, data, shape[0], shape[1])
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", ti.Name, err)
+			}
+			t.DType, t.Data = mlx.Uint32, uint32Bytes(a.Packed)
+			t.Quant = &Quant{Bits: a.Bits, GroupSize: a.GroupSize, Mode: "affine",
+				Scales: float32Bytes(a.Scales), Biases: float32Bytes(a.Biases), ScaleDType: mlx.Float32}
 			return t, nil
 		}
 	}

@@ -103,7 +103,7 @@ func (m *Model) Upload(s mlx.Stream) (*Weights, error) {
 	sort.Strings(names)
 	w := &Weights{byName: make(map[string]*Weight, len(names))}
 	for _, n := range names {
-		dw, err := upload(s, m.Tensors[n], m.Config.ActDType)
+		dw, err := upload(s, m.Tensors[n], m.Config.ActDType, m.Config.ReferenceNumerics)
 		if err != nil {
 			w.Free()
 			return nil, fmt.Errorf("model: upload: %w", err)

@@ -25,6 +25,9 @@ type Tensor struct {
 	DType mlx.Dtype
 	Data  []byte
 	Quant *Quant
+	// GGMLType names the llama.cpp quantization the tensor came from ("" when
+	// it came from elsewhere).
+	GGMLType string
 }
 
 // Bytes is the host memory the tensor's data occupies.
@@ -79,6 +82,13 @@ type Weight struct {
 	W, Scales, Biases mlx.Array
 	Bits, GroupSize   int
 	Mode              string
+	// ActBlock > 0 quantizes the activations entering Linear to signed 8-bit
+	// blocks of that size first, as llama.cpp's CPU kernels do for ggml
+	// quantized weights (see Config.ReferenceNumerics).
+	ActBlock int
+	// ActScaleHalf rounds each block's scale to float16, as Q8_0 and Q8_1
+	// activation blocks store it (Q8_K keeps float32).
+	ActScaleHalf bool
 }
 
 // Quantized reports whether W holds packed quantized values.
@@ -104,10 +114,34 @@ func (w *Weight) Bytes() int {
 
 // Linear computes x @ W.T.
 func (w *Weight) Linear(f *mlx.Frame, x mlx.Array) mlx.Array {
+	if w.ActBlock > 0 {
+		x = quantizeActivations(f, x, w.ActBlock, w.ActScaleHalf)
+	}
 	if w.Quantized() {
 		return f.QuantizedMatMul(x, w.W, w.Scales, w.Biases, true, w.GroupSize, w.Bits, w.Mode)
 	}
 	return f.MatMul(x, f.Transpose(w.W, 1, 0))
+}
+
+// quantizeActivations rounds x the way llama.cpp's quantize_row_q8_*
+// does: per block of the last axis, d = max|x|/127, q = round(x/d), and the
+// matmul then sees q*d (d rounded to float16 when halfScale).
+func quantizeActivations(f *mlx.Frame, x mlx.Array, block int, halfScale bool) mlx.Array {
+	shape := x.Shape()
+	if len(shape) == 0 || shape[len(shape)-1]%block != 0 {
+		f.Fail(fmt.Errorf("model: activation length %v is not whole blocks of %d", shape, block))
+		return mlx.Array{}
+	}
+	blocked := append(append([]int{}, shape[:len(shape)-1]...), shape[len(shape)-1]/block, block)
+	xr := f.Reshape(x, blocked...)
+	d := f.Divide(f.Max(f.Abs(xr), -1, true), f.Scalar(127))
+	zero := f.Scalar(0)
+	inv := f.Where(f.Greater(d, zero), f.Divide(f.Scalar(1), d), zero)
+	q := f.Round(f.Multiply(xr, inv), 0)
+	if halfScale {
+		d = f.AsType(f.AsType(d, mlx.Float16), mlx.Float32)
+	}
+	return f.Reshape(f.Multiply(q, d), shape...)
 }
 
 // Embed gathers rows of W for token ids.
@@ -126,7 +160,21 @@ func (w *Weight) Embed(f *mlx.Frame, ids mlx.Array) mlx.Array {
 
 // upload copies a host tensor to the device, converting float data and
 // quantization parameters to act.
-func upload(s mlx.Stream, t *Tensor, act mlx.Dtype) (*Weight, error) {
+func upload(s mlx.Stream, t *Tensor, act mlx.Dtype, reference bool) (*Weight, error) {
+	w, err := uploadData(s, t, act)
+	if err != nil || !reference {
+		return w, err
+	}
+	switch t.GGMLType {
+	case "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0":
+		w.ActBlock, w.ActScaleHalf = 32, true
+	case "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K":
+		w.ActBlock = 256
+	}
+	return w, nil
+}
+
+func uploadData(s mlx.Stream, t *Tensor, act mlx.Dtype) (*Weight, error) {
 	f := mlx.NewFrame(s)
 	defer f.Free()
 	if t.Quant == nil {

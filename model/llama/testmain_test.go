@@ -26,12 +26,21 @@ type loaded struct {
 // skip.
 func load(tb testing.TB, path string) *loaded {
 	tb.Helper()
+	return loadWith(tb, path, nil)
+}
+
+// loadWith lets the caller adjust the config before the weights upload.
+func loadWith(tb testing.TB, path string, adjust func(*model.Config)) *loaded {
+	tb.Helper()
 	if _, err := os.Stat(path); err != nil {
 		tb.Fatalf("%s is missing: run `make setup` (%v)", path, err)
 	}
 	m, err := model.Open(path)
 	if err != nil {
 		tb.Fatal(err)
+	}
+	if adjust != nil {
+		adjust(&m.Config)
 	}
 	l := &loaded{m: m, th: mlx.NewThread()}
 	l.th.Do(func() {

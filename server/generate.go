@@ -1,0 +1,240 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/goprovider/provider/stages"
+)
+
+// generate serves one of the generation endpoints.
+func (s *Server) generate(ep stages.Endpoint) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		x := &exchange{s: s, w: w, r: r, endpoint: ep}
+		x.serve()
+	}
+}
+
+// exchange is one generation request being served.
+type exchange struct {
+	s        *Server
+	w        http.ResponseWriter
+	r        *http.Request
+	endpoint stages.Endpoint
+
+	req    *stages.Request
+	t      timing
+	last   time.Time
+	finish string
+	cached int
+	gone   bool // the client went away or stopped accepting writes
+}
+
+func (x *exchange) serve() {
+	s := x.s
+	body, err := io.ReadAll(http.MaxBytesReader(x.w, x.r.Body, s.maxBody))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooLarge):
+			err = errTooLarge
+		case x.r.Context().Err() != nil:
+			err = x.r.Context().Err()
+		default:
+			err = fmt.Errorf("%w: %w", errBadBody, err)
+		}
+		x.fail(err)
+		return
+	}
+	ctx, cancel := context.WithCancel(x.r.Context())
+	defer cancel()
+	st, err := s.graph.Submit(ctx, stages.Input{Endpoint: x.endpoint, Body: body, CallerID: x.r.Header.Get("X-Request-ID")})
+	if err != nil {
+		x.fail(err)
+		return
+	}
+	x.req = st.Request
+	x.t.model = x.req.Model.Name
+	x.last = x.req.Received
+	x.w.Header().Set("X-Request-ID", x.req.ID())
+	if x.req.Params.Stream {
+		x.stream(st.Deltas, cancel)
+	} else {
+		x.collect(st.Deltas)
+	}
+}
+
+// stream writes an SSE response. Headers wait for the first Delta, so an
+// error before any output still gets its status.
+func (x *exchange) stream(deltas <-chan stages.Delta, cancel context.CancelFunc) {
+	f := stages.NewFramer(x.req)
+	rc := http.NewResponseController(x.w)
+	started := false
+	var final *stages.Delta
+	for d := range deltas {
+		x.observe(d)
+		if x.gone {
+			continue
+		}
+		if d.Err != nil && !started {
+			final = &d
+			continue
+		}
+		if !started {
+			h := x.w.Header()
+			h.Set("Content-Type", "text/event-stream")
+			h.Set("Cache-Control", "no-cache")
+			h.Set("X-Accel-Buffering", "no")
+			x.w.WriteHeader(http.StatusOK)
+			started = true
+		}
+		frames := f.Frames(d)
+		if d.Err != nil {
+			frames = append(frames, stages.SSE(classify(d.Err).body()))
+		}
+		if err := x.write(rc, frames); err != nil {
+			// The client stopped reading: cancel the row, keep draining.
+			x.gone = true
+			cancel()
+		}
+		if d.Final() {
+			final = &d
+		}
+	}
+	x.end(final, started)
+}
+
+func (x *exchange) write(rc *http.ResponseController, frames [][]byte) error {
+	for _, b := range frames {
+		if _, err := x.w.Write(b); err != nil {
+			return err
+		}
+	}
+	return rc.Flush()
+}
+
+// collect writes a whole response once the generation ended.
+func (x *exchange) collect(deltas <-chan stages.Delta) {
+	c := stages.NewCollector(x.req)
+	var final *stages.Delta
+	for d := range deltas {
+		x.observe(d)
+		c.Add(d)
+		if d.Final() {
+			final = &d
+		}
+	}
+	if final != nil && final.Err == nil {
+		writeJSON(x.w, http.StatusOK, c.JSON())
+	}
+	x.end(final, false)
+}
+
+// observe times a Delta for the metrics.
+func (x *exchange) observe(d stages.Delta) {
+	now := x.s.clk.Now()
+	if d.Text != "" || len(d.Logprobs) > 0 {
+		if !x.t.first {
+			x.t.first, x.t.ttft = true, now.Sub(x.req.Received)
+		} else {
+			x.t.gaps = append(x.t.gaps, now.Sub(x.last))
+		}
+		x.last = now
+	}
+	if d.Final() {
+		x.t.ended, x.t.e2e = true, now.Sub(x.req.Received)
+		x.finish = d.Finish
+		x.t.prompt, x.t.output = d.Usage.PromptTokens, d.Usage.CompletionTokens
+		x.cached = d.Usage.CachedTokens
+	}
+}
+
+// end settles the outcome of an admitted request: a normal finish, an
+// error (written here unless the stream already started), or a client
+// that went away.
+func (x *exchange) end(final *stages.Delta, started bool) {
+	var err error
+	switch {
+	case x.gone:
+		err = context.Canceled
+	case final == nil:
+		// The token path only ends without a final Delta for a request
+		// whose context ended.
+		if err = x.r.Context().Err(); err == nil {
+			err = stages.ErrStreamEnded
+		}
+	case final.Err != nil:
+		err = final.Err
+	}
+	if err == nil {
+		x.log(http.StatusOK, outcome{})
+		return
+	}
+	o := classify(err)
+	if o.class == classCancelled {
+		x.t.ended = false
+	} else if !started {
+		writeError(x.w, o)
+	}
+	x.log(o.status, o)
+}
+
+// fail answers a request that never reached the engine.
+func (x *exchange) fail(err error) {
+	o := classify(err)
+	if o.class != classCancelled {
+		writeError(x.w, o)
+	}
+	x.log(o.status, o)
+}
+
+// log records the request in the metrics and the log, through the
+// allowlist.
+func (x *exchange) log(status int, o outcome) {
+	s := x.s
+	s.metrics.finish(x.endpoint.String(), status, o.class, x.t)
+	attrs := []slog.Attr{
+		slog.String("endpoint", x.endpoint.String()),
+		slog.Int("status", status),
+	}
+	if x.req != nil {
+		attrs = append(attrs,
+			slog.String("request_id", x.req.ID()),
+			slog.String("model", x.req.Model.Name),
+			slog.Bool("stream", x.req.Params.Stream),
+			slog.Int("prompt_tokens", x.t.prompt),
+			slog.Int("completion_tokens", x.t.output),
+			slog.Int("cached_tokens", x.cached),
+		)
+		if x.t.first {
+			attrs = append(attrs, slog.Int64("ttft_ms", x.t.ttft.Milliseconds()))
+		}
+		if x.t.ended {
+			attrs = append(attrs, slog.Int64("e2e_ms", x.t.e2e.Milliseconds()))
+		}
+		if x.finish != "" {
+			attrs = append(attrs, slog.String("finish_reason", x.finish))
+		}
+	}
+	level := slog.LevelInfo
+	if o.class != "" {
+		attrs = append(attrs, slog.String("class", o.class), slog.String("code", o.code))
+		if o.param != "" {
+			attrs = append(attrs, slog.String("param", o.param))
+		}
+		if o.class == classCancelled {
+			attrs = append(attrs, slog.Bool("disconnected", true))
+		}
+		if o.provider() {
+			level = slog.LevelError
+		} else if o.class != classCancelled {
+			level = slog.LevelWarn
+		}
+	}
+	s.log.LogAttrs(x.r.Context(), level, "request", attrs...)
+}

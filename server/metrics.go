@@ -1,0 +1,210 @@
+package server
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/goprovider/provider/engine"
+)
+
+// Histogram bucket bounds, in seconds.
+var (
+	ttftBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+	itlBuckets  = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}
+	e2eBuckets  = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+)
+
+type histogram struct {
+	bounds []float64
+	counts []uint64 // per bucket, not cumulative; the last is +Inf
+	sum    float64
+	n      uint64
+}
+
+func newHistogram(bounds []float64) *histogram {
+	return &histogram{bounds: bounds, counts: make([]uint64, len(bounds)+1)}
+}
+
+func (h *histogram) observe(d time.Duration) {
+	v := d.Seconds()
+	i, _ := slices.BinarySearch(h.bounds, v)
+	h.counts[i]++
+	h.sum += v
+	h.n++
+}
+
+// modelMetrics are the request-side series of one model.
+type modelMetrics struct {
+	ttft, itl, e2e   *histogram
+	promptTokens     uint64
+	completionTokens uint64
+}
+
+// metrics holds the counters the server observes itself; engine gauges
+// are read from each Generator's Stats when scraped.
+type metrics struct {
+	mu       sync.Mutex
+	models   map[string]*modelMetrics
+	requests map[[2]string]uint64 // (endpoint, status)
+	errors   map[string]uint64    // class
+}
+
+func newMetrics() *metrics {
+	return &metrics{models: map[string]*modelMetrics{}, requests: map[[2]string]uint64{}, errors: map[string]uint64{}}
+}
+
+// model returns the series of a model; mu must be held.
+func (m *metrics) model(name string) *modelMetrics {
+	mm, ok := m.models[name]
+	if !ok {
+		mm = &modelMetrics{ttft: newHistogram(ttftBuckets), itl: newHistogram(itlBuckets), e2e: newHistogram(e2eBuckets)}
+		m.models[name] = mm
+	}
+	return mm
+}
+
+// timing is what one response observed.
+type timing struct {
+	model          string
+	ttft, e2e      time.Duration
+	gaps           []time.Duration
+	first, ended   bool
+	prompt, output int
+}
+
+func (m *metrics) finish(endpoint string, status int, class string, t timing) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.requests[[2]string{endpoint, strconv.Itoa(status)}]++
+	if class != "" {
+		m.errors[class]++
+	}
+	if t.model == "" {
+		return
+	}
+	mm := m.model(t.model)
+	if t.first {
+		mm.ttft.observe(t.ttft)
+	}
+	for _, g := range t.gaps {
+		mm.itl.observe(g)
+	}
+	if t.ended {
+		mm.e2e.observe(t.e2e)
+	}
+	mm.promptTokens += uint64(t.prompt)
+	mm.completionTokens += uint64(t.output)
+}
+
+// modelStats is one model's engine snapshot at scrape time.
+type modelStats struct {
+	name  string
+	stats engine.Stats
+}
+
+// write renders every series in the Prometheus text format, in a fixed
+// order.
+func (m *metrics) write(w io.Writer, engines []modelStats) error {
+	b := bufio.NewWriter(w)
+	gauge := func(name, help string, value func(engine.Stats) int64) {
+		header(b, name, "gauge", help)
+		for _, e := range engines {
+			fmt.Fprintf(b, "%s{model=%s} %d\n", name, quote(e.name), value(e.stats))
+		}
+	}
+	counter := func(name, help string, value func(engine.Stats) uint64) {
+		header(b, name, "counter", help)
+		for _, e := range engines {
+			fmt.Fprintf(b, "%s{model=%s} %d\n", name, quote(e.name), value(e.stats))
+		}
+	}
+	gauge("provider_requests_running", "Generations running in the engine.", func(s engine.Stats) int64 { return int64(s.Running) })
+	gauge("provider_requests_waiting", "Generations waiting for admission.", func(s engine.Stats) int64 { return int64(s.Waiting) })
+	gauge("provider_max_concurrency", "Concurrent generations the engine allows.", func(s engine.Stats) int64 { return int64(s.MaxConcurrent) })
+	gauge("provider_kv_bytes_used", "KV cache bytes charged to running generations.", func(s engine.Stats) int64 { return s.KVUsed })
+	gauge("provider_kv_bytes_capacity", "KV cache bytes granted to the engine.", func(s engine.Stats) int64 { return s.KVCapacity })
+	gauge("provider_kv_bytes_per_token", "KV cache bytes one token costs.", func(s engine.Stats) int64 { return s.KVBytesPerToken })
+	counter("provider_preemptions_total", "Generations preempted to free KV cache.", func(s engine.Stats) uint64 { return s.Preemptions })
+	counter("provider_engine_steps_total", "Engine steps executed.", func(s engine.Stats) uint64 { return s.Steps })
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	names := make([]string, 0, len(m.models))
+	for n := range m.models {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	header(b, "provider_prompt_tokens_total", "counter", "Prompt tokens of finished requests.")
+	for _, n := range names {
+		fmt.Fprintf(b, "provider_prompt_tokens_total{model=%s} %d\n", quote(n), m.models[n].promptTokens)
+	}
+	header(b, "provider_generation_tokens_total", "counter", "Generated tokens of finished requests.")
+	for _, n := range names {
+		fmt.Fprintf(b, "provider_generation_tokens_total{model=%s} %d\n", quote(n), m.models[n].completionTokens)
+	}
+	hist := func(name, help string, pick func(*modelMetrics) *histogram) {
+		header(b, name, "histogram", help)
+		for _, n := range names {
+			h := pick(m.models[n])
+			var cum uint64
+			for i, bound := range h.bounds {
+				cum += h.counts[i]
+				fmt.Fprintf(b, "%s_bucket{model=%s,le=%q} %d\n", name, quote(n), formatFloat(bound), cum)
+			}
+			cum += h.counts[len(h.bounds)]
+			fmt.Fprintf(b, "%s_bucket{model=%s,le=\"+Inf\"} %d\n", name, quote(n), cum)
+			fmt.Fprintf(b, "%s_sum{model=%s} %s\n", name, quote(n), formatFloat(h.sum))
+			fmt.Fprintf(b, "%s_count{model=%s} %d\n", name, quote(n), h.n)
+		}
+	}
+	hist("provider_time_to_first_token_seconds", "Time from arrival to the first generated text.", func(mm *modelMetrics) *histogram { return mm.ttft })
+	hist("provider_inter_token_latency_seconds", "Time between consecutive pieces of generated text.", func(mm *modelMetrics) *histogram { return mm.itl })
+	hist("provider_e2e_request_latency_seconds", "Time from arrival to the end of the response.", func(mm *modelMetrics) *histogram { return mm.e2e })
+
+	header(b, "provider_requests_total", "counter", "Requests by endpoint and HTTP status.")
+	keys := make([][2]string, 0, len(m.requests))
+	for k := range m.requests {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b [2]string) int {
+		if c := strings.Compare(a[0], b[0]); c != 0 {
+			return c
+		}
+		return strings.Compare(a[1], b[1])
+	})
+	for _, k := range keys {
+		fmt.Fprintf(b, "provider_requests_total{endpoint=%s,status=%s} %d\n", quote(k[0]), quote(k[1]), m.requests[k])
+	}
+	header(b, "provider_request_errors_total", "counter", "Failed requests by error class; fault tells client causes (cancel 499 included) from provider faults.")
+	classes := make([]string, 0, len(m.errors))
+	for c := range m.errors {
+		classes = append(classes, c)
+	}
+	slices.Sort(classes)
+	for _, c := range classes {
+		fault := "client"
+		if (outcome{class: c}).provider() {
+			fault = "provider"
+		}
+		fmt.Fprintf(b, "provider_request_errors_total{class=%s,fault=%s} %d\n", quote(c), quote(fault), m.errors[c])
+	}
+	return b.Flush()
+}
+
+func header(w io.Writer, name, typ, help string) {
+	fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
+}
+
+// quote renders a label value with the escapes the text format defines.
+func quote(s string) string {
+	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+	return `"` + r.Replace(s) + `"`
+}
+
+func formatFloat(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }

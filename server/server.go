@@ -1,0 +1,258 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/benbjohnson/clock"
+
+	"github.com/goprovider/provider/graph"
+	"github.com/goprovider/provider/jinja"
+	"github.com/goprovider/provider/stages"
+	"github.com/goprovider/provider/tokenizer"
+)
+
+// DefaultMaxBodyBytes bounds a request body (HTTP 413 above it).
+const DefaultMaxBodyBytes = 32 << 20
+
+// Options configure a Server. Zero fields take the documented defaults.
+type Options struct {
+	// Architectures lists the architectures that have an adapter
+	// (family.Supported()); Register refuses any other. Nil accepts every
+	// architecture.
+	Architectures []string
+	// MaxBodyBytes bounds a request body (default 32 MiB).
+	MaxBodyBytes int64
+	// Logger receives one record per request, through the telemetry
+	// allowlist; nil is slog.Default().
+	Logger *slog.Logger
+	// Graph configures the request pipeline: intake bound and wait,
+	// clock, id minting, recording. Its Clock also times the metrics.
+	Graph graph.Options
+}
+
+// Model is a model to serve.
+type Model struct {
+	Name string
+	// Architecture is the config model_type; it must have an adapter.
+	Architecture string
+	Tokenizer    *tokenizer.Tokenizer
+	// ChatTemplate is the Jinja chat template source; "" refuses chat
+	// requests for this model (no silent fallback format).
+	ChatTemplate string
+	// EOS lists the tokens that end generation.
+	EOS []int32
+	// ContextLength bounds prompt plus generation; 0 means unknown.
+	ContextLength int
+	Generator     graph.Generator
+}
+
+// Liveness is implemented by Generators that can stop serving: Err is nil
+// while the engine runs and says why once it has stopped. /health reports
+// 503 while any registered engine's Err is not nil.
+type Liveness interface {
+	Err() error
+}
+
+// ErrUnsupportedArchitecture: Register was given an architecture without
+// an adapter.
+var ErrUnsupportedArchitecture = errors.New("server: architecture has no adapter")
+
+// Server is the HTTP edge. It is an http.Handler.
+type Server struct {
+	graph   *graph.Graph
+	clk     clock.Clock
+	log     *slog.Logger
+	archs   []string
+	maxBody int64
+	metrics *metrics
+	mux     *http.ServeMux
+
+	mu      sync.Mutex
+	loading bool
+	created map[string]time.Time
+}
+
+// New builds a server and starts its pipeline; Close stops it.
+func New(o Options) *Server {
+	if o.MaxBodyBytes <= 0 {
+		o.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Graph.Clock == nil {
+		o.Graph.Clock = clock.New()
+	}
+	s := &Server{
+		graph:   graph.New(o.Graph),
+		clk:     o.Graph.Clock,
+		log:     slog.New(newAllowlist(o.Logger.Handler())),
+		archs:   o.Architectures,
+		maxBody: o.MaxBodyBytes,
+		metrics: newMetrics(),
+		mux:     http.NewServeMux(),
+		created: map[string]time.Time{},
+	}
+	s.mux.HandleFunc("POST /v1/chat/completions", s.generate(stages.Chat))
+	s.mux.HandleFunc("POST /v1/completions", s.generate(stages.Completion))
+	s.mux.HandleFunc("GET /v1/models", s.listModels)
+	s.mux.HandleFunc("GET /v1/models/{model...}", s.getModel)
+	s.mux.HandleFunc("GET /health", s.health)
+	s.mux.HandleFunc("GET /metrics", s.serveMetrics)
+	for _, p := range []string{"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"} {
+		s.mux.HandleFunc(p, s.refuse(errMethod))
+	}
+	s.mux.HandleFunc("/", s.refuse(errNotFound))
+	return s
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// Close stops taking requests and waits for the pipeline to empty;
+// admitted generations keep streaming until their engines end them.
+func (s *Server) Close() { s.graph.Close() }
+
+// Register starts serving a model. It refuses architectures without an
+// adapter and chat templates that do not parse.
+func (s *Server) Register(m Model) error {
+	if s.archs != nil && !slices.Contains(s.archs, m.Architecture) {
+		return fmt.Errorf("%w: %q", ErrUnsupportedArchitecture, m.Architecture)
+	}
+	var tmpl *jinja.Template
+	if m.ChatTemplate != "" {
+		t, err := jinja.Parse(m.ChatTemplate)
+		if err != nil {
+			return fmt.Errorf("server: register %s: chat template: %w", m.Name, err)
+		}
+		tmpl = t
+	}
+	err := s.graph.Register(graph.Model{
+		Model: stages.Model{
+			Name:          m.Name,
+			Architecture:  m.Architecture,
+			Tokenizer:     m.Tokenizer,
+			ChatTemplate:  tmpl,
+			EOS:           slices.Clone(m.EOS),
+			ContextLength: m.ContextLength,
+		},
+		Generator: m.Generator,
+	})
+	if err != nil {
+		return fmt.Errorf("server: register %s: %w", m.Name, err)
+	}
+	s.mu.Lock()
+	s.created[m.Name] = s.clk.Now()
+	s.mu.Unlock()
+	s.log.Info("model registered", "model", m.Name, "architecture", m.Architecture)
+	return nil
+}
+
+// Unregister stops serving a model; its admitted generations continue.
+func (s *Server) Unregister(name string) bool {
+	s.mu.Lock()
+	delete(s.created, name)
+	s.mu.Unlock()
+	return s.graph.Unregister(name)
+}
+
+// SetLoading marks the server as loading (or done loading): /health
+// reports 503 meanwhile.
+func (s *Server) SetLoading(loading bool) {
+	s.mu.Lock()
+	s.loading = loading
+	s.mu.Unlock()
+}
+
+func (s *Server) refuse(err error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, classify(err))
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+func writeError(w http.ResponseWriter, o outcome) { writeJSON(w, o.status, o.body()) }
+
+type modelJSON struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+}
+
+func (s *Server) modelJSON(name string) modelJSON {
+	s.mu.Lock()
+	created := s.created[name]
+	s.mu.Unlock()
+	return modelJSON{ID: name, Object: "model", Created: created.Unix(), OwnedBy: "provider"}
+}
+
+func (s *Server) listModels(w http.ResponseWriter, _ *http.Request) {
+	list := struct {
+		Object string      `json:"object"`
+		Data   []modelJSON `json:"data"`
+	}{Object: "list", Data: []modelJSON{}}
+	for _, m := range s.graph.Models() {
+		list.Data = append(list.Data, s.modelJSON(m.Name))
+	}
+	b, _ := json.Marshal(list)
+	writeJSON(w, http.StatusOK, b)
+}
+
+func (s *Server) getModel(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("model")
+	if _, ok := s.graph.Lookup(name); !ok {
+		writeError(w, classify(stages.ErrUnknownModel))
+		return
+	}
+	b, _ := json.Marshal(s.modelJSON(name))
+	writeJSON(w, http.StatusOK, b)
+}
+
+// health is 200 when at least one model is registered, the server is not
+// loading and no engine has stopped.
+func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
+	s.mu.Lock()
+	loading := s.loading
+	s.mu.Unlock()
+	models := s.graph.Models()
+	status := "ok"
+	switch {
+	case loading || len(models) == 0:
+		status = "loading"
+	default:
+		for _, m := range models {
+			if l, ok := m.Generator.(Liveness); ok && l.Err() != nil {
+				status = "unavailable"
+				break
+			}
+		}
+	}
+	code := http.StatusOK
+	if status != "ok" {
+		code = http.StatusServiceUnavailable
+	}
+	b, _ := json.Marshal(map[string]string{"status": status})
+	writeJSON(w, code, b)
+}
+
+func (s *Server) serveMetrics(w http.ResponseWriter, _ *http.Request) {
+	var engines []modelStats
+	for _, m := range s.graph.Models() {
+		engines = append(engines, modelStats{name: m.Name, stats: m.Generator.Stats()})
+	}
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	_ = s.metrics.write(w, engines)
+}

@@ -1,0 +1,83 @@
+package stages
+
+import (
+	"context"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/goprovider/provider/engine"
+)
+
+// Request id and token bounds.
+const (
+	// MaxIDLength bounds a caller's request id, in characters.
+	MaxIDLength = 256
+	// DefaultMaxTokens caps generation when the request names no bound
+	// (and the context is longer).
+	DefaultMaxTokens = 8192
+)
+
+// ValidID reports whether a caller's request id is acceptable: non-empty,
+// valid UTF-8, at most MaxIDLength characters, no control characters.
+func ValidID(id string) bool {
+	if id == "" || !utf8.ValidString(id) || utf8.RuneCountInString(id) > MaxIDLength {
+		return false
+	}
+	for _, r := range id {
+		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// Admit builds the engine.Generation.
+//
+// The id is the caller's when ValidID accepts it, else the minted one.
+// A prompt that fills the context is refused; an explicit max_tokens that
+// would run past the context is refused (context_length_exceeded) rather
+// than silently cut; the default is min(context, 8192) clamped to what the
+// context leaves after the prompt.
+type Admit struct{}
+
+// Name implements Stage.
+func (Admit) Name() string { return "admit" }
+
+// Apply implements Stage.
+func (Admit) Apply(_ context.Context, req *Request) error {
+	p, m := req.Params, req.Model
+	id := req.MintedID
+	if ValidID(req.Input.CallerID) {
+		id = req.Input.CallerID
+	}
+	param := "prompt"
+	if req.Input.Endpoint == Chat {
+		param = "messages"
+	}
+	n, ctxLen := len(req.Tokens), m.ContextLength
+	if ctxLen > 0 && n >= ctxLen {
+		return invalid(CodeContextLength, param)
+	}
+	maxTokens := p.MaxTokens
+	switch {
+	case !p.MaxTokensSet:
+		maxTokens = DefaultMaxTokens
+		if ctxLen > 0 {
+			maxTokens = min(maxTokens, ctxLen-n)
+		}
+	case ctxLen > 0 && maxTokens > ctxLen-n:
+		return invalid(CodeContextLength, "max_tokens")
+	}
+	top := -1
+	if p.Logprobs {
+		top = p.TopLogprobs
+	}
+	req.Generation = &engine.Generation{
+		ID:          engine.RequestID(id),
+		Prompt:      req.Tokens,
+		MaxTokens:   maxTokens,
+		Sampling:    p.Sampling,
+		TopLogprobs: top,
+	}
+	return nil
+}

@@ -1,0 +1,383 @@
+package stages
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/goprovider/provider/engine"
+	"github.com/goprovider/provider/tokenizer"
+)
+
+// TokenLogprob is a token's log-probability as a client sees it.
+type TokenLogprob struct {
+	// Token is the token's text, or "bytes:" and \xNN escapes when its
+	// bytes are not valid UTF-8 on their own.
+	Token   string
+	Bytes   []byte
+	Logprob float64
+}
+
+// Logprob is a sampled token's entry: its own log-probability, its offset
+// in the generated text (in characters) and the top alternatives.
+type Logprob struct {
+	TokenLogprob
+	Offset int
+	Top    []TokenLogprob
+}
+
+// Delta is one step of a generation as the client sees it. Content
+// deltas carry Text and/or Logprobs; the final delta carries Finish
+// ("stop" or "length") and Usage, or Err.
+type Delta struct {
+	Text     string
+	Logprobs []Logprob
+	Finish   string
+	Usage    engine.Usage
+	Err      error `msgpack:"-"`
+}
+
+// Final reports whether d ends its stream.
+func (d Delta) Final() bool { return d.Finish != "" || d.Err != nil }
+
+// DefaultDeltaBuffer is the Delta channel capacity when Detokenizer.Buffer
+// is zero.
+const DefaultDeltaBuffer = 16
+
+// Detokenizer runs the token path of one generation: engine events in,
+// Deltas out on a typed channel.
+type Detokenizer struct {
+	// Buffer is the Delta channel's capacity (0: DefaultDeltaBuffer). A
+	// reader that falls behind fills it and then holds up only its own
+	// stream; the engine's stream buffer absorbs the rest.
+	Buffer   int
+	Recorder Recorder
+}
+
+// Run starts the token path for req, whose generation adm is. The channel
+// delivers content Deltas, then one final Delta, then closes. On a stop
+// string it calls adm.Stop to cancel the row and drains the engine's
+// stream. When ctx ends it stops delivering (nobody is reading) but still
+// drains the engine's stream before closing.
+func (d Detokenizer) Run(ctx context.Context, req *Request, adm *Admitted) <-chan Delta {
+	size := d.Buffer
+	if size <= 0 {
+		size = DefaultDeltaBuffer
+	}
+	out := make(chan Delta, size)
+	go func() {
+		defer close(out)
+		defer adm.Stop()
+		core := newDetok(req)
+		var events []engine.Event
+		var sent []Delta
+		gone := false
+		for ev := range adm.Events {
+			if d.Recorder != nil {
+				events = append(events, ev)
+			}
+			if core.done {
+				continue
+			}
+			for _, x := range core.feed(ev) {
+				if d.Recorder != nil {
+					sent = append(sent, x)
+				}
+				if !gone {
+					select {
+					case out <- x:
+					case <-ctx.Done():
+						gone = true
+					}
+				}
+			}
+			if core.done {
+				// A stop string matched or the stream ended: either way
+				// the row has nothing more to say.
+				adm.Stop()
+			}
+		}
+		if !core.done {
+			x := Delta{Err: ErrStreamEnded}
+			sent = append(sent, x)
+			if !gone {
+				select {
+				case out <- x:
+				case <-ctx.Done():
+				}
+			}
+		}
+		if d.Recorder != nil {
+			d.Recorder.Record(tokenRecord(req, events, sent))
+		}
+	}()
+	return out
+}
+
+// detok is the deterministic core of the token path.
+type detok struct {
+	tok      *tokenizer.Tokenizer
+	dec      *tokenizer.StreamDecoder
+	eos      []int32 // sorted
+	stops    []string
+	logprobs bool
+	prompt   int
+
+	pending  string // decoded text not yet released
+	decoded  int    // bytes decoded so far
+	released int    // bytes released so far
+	chars    int    // characters decoded so far
+	entries  []heldLogprob
+	tokens   int // completion tokens seen
+	done     bool
+}
+
+// heldLogprob is a logprob entry waiting for the text it produced (which
+// ends at byte end of the decoded text) to be released.
+type heldLogprob struct {
+	lp  Logprob
+	end int
+}
+
+func newDetok(req *Request) *detok {
+	m := req.Model
+	eos := slices.Clone(m.EOS)
+	slices.Sort(eos)
+	return &detok{
+		tok:      m.Tokenizer,
+		dec:      m.Tokenizer.NewStreamDecoder(),
+		eos:      eos,
+		stops:    req.Params.Stop,
+		logprobs: req.Params.Logprobs,
+		prompt:   len(req.Tokens),
+	}
+}
+
+// feed consumes one engine event and returns the Deltas it completes.
+func (d *detok) feed(ev engine.Event) []Delta {
+	switch ev.Kind {
+	case engine.EventDelta:
+		for i, id := range ev.Tokens {
+			if _, eos := slices.BinarySearch(d.eos, id); eos {
+				continue
+			}
+			d.tokens++
+			var lp *engine.Logprob
+			if d.logprobs && i < len(ev.Logprobs) {
+				lp = &ev.Logprobs[i]
+			}
+			d.add(d.dec.Add(id), lp)
+			if at := d.match(); at >= 0 {
+				return d.stop(at, engine.Usage{PromptTokens: d.prompt, CompletionTokens: d.tokens})
+			}
+		}
+		return d.content(len(d.pending) - d.holdback())
+	case engine.EventFinished:
+		d.add(d.dec.Flush(), nil)
+		if at := d.match(); at >= 0 {
+			return d.stop(at, ev.Usage)
+		}
+		out := d.content(len(d.pending))
+		d.done = true
+		switch ev.Reason {
+		case engine.FinishStop, engine.FinishLength:
+			return append(out, Delta{Finish: ev.Reason.String(), Usage: ev.Usage})
+		}
+		return append(out, Delta{Err: fmt.Errorf("%w: finish reason %v", ErrStreamEnded, ev.Reason)})
+	default:
+		d.done = true
+		err := ev.Err
+		if err == nil {
+			err = ErrStreamEnded
+		}
+		return []Delta{{Err: err}}
+	}
+}
+
+func (d *detok) add(text string, lp *engine.Logprob) {
+	if lp != nil {
+		e := Logprob{TokenLogprob: d.tokenLogprob(lp.Token, lp.Logprob), Offset: d.chars}
+		for _, t := range lp.Top {
+			e.Top = append(e.Top, d.tokenLogprob(t.Token, t.Logprob))
+		}
+		d.entries = append(d.entries, heldLogprob{lp: e, end: d.decoded + len(text)})
+	}
+	d.pending += text
+	d.decoded += len(text)
+	d.chars += utf8.RuneCountInString(text)
+}
+
+func (d *detok) tokenLogprob(id int32, logprob float64) TokenLogprob {
+	b := d.tok.Piece(id)
+	return TokenLogprob{Token: pieceText(b), Bytes: slices.Clone(b), Logprob: logprob}
+}
+
+// pieceText shows a token's bytes as text, as OpenAI does for tokens that
+// are fragments of a character.
+func pieceText(b []byte) string {
+	if utf8.Valid(b) {
+		return string(b)
+	}
+	var s strings.Builder
+	s.WriteString("bytes:")
+	for _, c := range b {
+		fmt.Fprintf(&s, "\\x%02x", c)
+	}
+	return s.String()
+}
+
+// match returns where the earliest stop string starts in the held text,
+// or -1.
+func (d *detok) match() int {
+	at := -1
+	for _, s := range d.stops {
+		if i := strings.Index(d.pending, s); i >= 0 && (at < 0 || i < at) {
+			at = i
+		}
+	}
+	return at
+}
+
+// holdback is the length of the longest end of the held text that could
+// still grow into a stop string.
+func (d *detok) holdback() int {
+	hold := 0
+	for _, s := range d.stops {
+		for k := min(len(s)-1, len(d.pending)); k > hold; k-- {
+			if strings.HasSuffix(d.pending, s[:k]) {
+				hold = k
+				break
+			}
+		}
+	}
+	return hold
+}
+
+// content releases the first n bytes of held text with the logprob
+// entries whose text is out; it returns nothing when there is nothing to
+// say.
+func (d *detok) content(n int) []Delta {
+	text := d.pending[:n]
+	d.pending = d.pending[n:]
+	d.released += n
+	var lps []Logprob
+	k := 0
+	for k < len(d.entries) && d.entries[k].end <= d.released {
+		lps = append(lps, d.entries[k].lp)
+		k++
+	}
+	d.entries = d.entries[k:]
+	if text == "" && len(lps) == 0 {
+		return nil
+	}
+	return []Delta{{Text: text, Logprobs: lps}}
+}
+
+// stop ends the stream at a stop string starting at byte at of the held
+// text: what precedes it is released, the rest is never delivered.
+func (d *detok) stop(at int, usage engine.Usage) []Delta {
+	out := d.content(at)
+	d.pending, d.entries, d.done = "", nil, true
+	return append(out, Delta{Finish: engine.FinishStop.String(), Usage: usage})
+}
+
+// tokenTrace is the recorded input of the token path.
+type tokenTrace struct {
+	Req    Request
+	Events []EventRecord
+}
+
+// EventRecord is an engine event in recordable form: the error is kept as
+// its text.
+type EventRecord struct {
+	Kind     engine.EventKind
+	Tokens   []int32
+	Logprobs []engine.Logprob
+	Reason   engine.FinishReason
+	Usage    engine.Usage
+	Err      string
+}
+
+// RecordEvent converts an engine event for a record.
+func RecordEvent(ev engine.Event) EventRecord {
+	r := EventRecord{Kind: ev.Kind, Tokens: ev.Tokens, Logprobs: ev.Logprobs, Reason: ev.Reason, Usage: ev.Usage}
+	if ev.Err != nil {
+		r.Err = ev.Err.Error()
+	}
+	return r
+}
+
+// Event rebuilds the engine event; a recorded error comes back as an error
+// with the same text (its identity is lost).
+func (r EventRecord) Event() engine.Event {
+	ev := engine.Event{Kind: r.Kind, Tokens: r.Tokens, Logprobs: r.Logprobs, Reason: r.Reason, Usage: r.Usage}
+	if r.Err != "" {
+		ev.Err = errors.New(r.Err)
+	}
+	return ev
+}
+
+type deltaRecord struct {
+	Text     string
+	Logprobs []Logprob
+	Finish   string
+	Usage    engine.Usage
+	Err      string
+}
+
+// TokenStage names the token path in records.
+const TokenStage = "detokenize"
+
+func tokenRecord(req *Request, events []engine.Event, deltas []Delta) Record {
+	in := tokenTrace{Req: *req, Events: make([]EventRecord, len(events))}
+	for i, ev := range events {
+		in.Events[i] = RecordEvent(ev)
+	}
+	return Record{Stage: TokenStage, In: mustEncode(&in), Out: encodeDeltas(deltas)}
+}
+
+func encodeDeltas(deltas []Delta) []byte {
+	out := make([]deltaRecord, len(deltas))
+	for i, x := range deltas {
+		out[i] = deltaRecord{Text: x.Text, Logprobs: x.Logprobs, Finish: x.Finish, Usage: x.Usage}
+		if x.Err != nil {
+			out[i].Err = x.Err.Error()
+		}
+	}
+	return mustEncode(out)
+}
+
+// ReplayTokens re-runs a recorded token path: it rebuilds the request and
+// the engine events from r.In and returns the step as it runs now.
+func ReplayTokens(r Record, models Catalog) (Record, error) {
+	var in tokenTrace
+	if err := msgpack.Unmarshal(r.In, &in); err != nil {
+		return Record{}, fmt.Errorf("stages: replay %s: %w", TokenStage, err)
+	}
+	if in.Req.Params == nil {
+		return Record{}, fmt.Errorf("stages: replay %s: record has no parsed request", TokenStage)
+	}
+	m, ok := models.Lookup(in.Req.Params.Model)
+	if !ok {
+		return Record{}, fmt.Errorf("stages: replay %s: %w", TokenStage, ErrUnknownModel)
+	}
+	in.Req.Model = m
+	core := newDetok(&in.Req)
+	var deltas []Delta
+	events := make([]engine.Event, len(in.Events))
+	for i, e := range in.Events {
+		events[i] = e.Event()
+		if !core.done {
+			deltas = append(deltas, core.feed(events[i])...)
+		}
+	}
+	if !core.done {
+		deltas = append(deltas, Delta{Err: ErrStreamEnded})
+	}
+	return tokenRecord(&in.Req, events, deltas), nil
+}

@@ -1,0 +1,54 @@
+// Package stages owns the request-level units of the serving pipeline and
+// the per-token path that follows the engine.
+//
+// # Request stages
+//
+// A Stage is a typed unit: it is handed the request's context and its
+// Request (the data as it is enriched) and returns an error or nothing.
+// Run wraps a Stage around an Envelope, which carries the context, the
+// reply channel and the error through the pipeline: a failed stage marks
+// the envelope and passes it on, later stages skip it, and the terminal
+// (in package graph) replies. The stages, in order:
+//
+//	Parse        OpenAI chat/completions JSON -> validated Params, resolved Model
+//	Template     chat template (add_generation_prompt) or raw prompt -> Tokens
+//	MediaDecode  decoded media (seam: refuses media until a decoder exists)
+//	VisionTower  vision features (seam: nothing to encode yet)
+//	SpanCarve    multimodal spans in the prompt (seam: none yet)
+//	Admit        request id, token bounds, sampling -> engine.Generation
+//
+// # Token path
+//
+// After the engine accepted a generation, Detokenizer turns its events into
+// Deltas on a typed per-request channel: text from the tokenizer's stream
+// decoder, stop strings held back until they can no longer match and never
+// emitted, logprob entries released with the text they produced. Framer and
+// Collector turn Deltas into OpenAI response bytes (SSE chunks or one JSON
+// body). The per-token path never goes through a chan any.
+//
+// # Replay
+//
+// Every stage can be recorded: Run and Detokenizer hand a Recorder the
+// msgpack encoding of what went in and what came out, and Replay re-runs a
+// record through its stage. Stages read no wall clock of their own: time
+// comes from the envelope (Request.Received) or an injected clock, and
+// minted ids are drawn before the pipeline, so a replay yields the same
+// bytes every time.
+//
+// # Invariants
+//
+//   - A stage never runs on an envelope that already carries an error or
+//     whose context is done.
+//   - Errors meant for the client are *Invalid (the request is wrong,
+//     ErrInvalid) or ErrUnknownModel; their text is fixed and never echoes
+//     request content. Everything else is the provider's fault.
+//   - A Detokenizer stream delivers content Deltas and then exactly one
+//     final Delta (Finish or Err set), then closes; text of a stop string
+//     and text after it are never delivered.
+//
+// # Imports
+//
+// stages knows nothing of HTTP, the server or the graph wiring and must
+// never import them (nor go-streams): it imports engine only for the types
+// of its boundary (Generation, Event).
+package stages

@@ -1,0 +1,353 @@
+package stages
+
+import (
+	"encoding/json"
+	"math"
+	"strings"
+
+	"github.com/goprovider/provider/engine"
+)
+
+// SSE frames one server-sent event carrying payload.
+func SSE(payload []byte) []byte {
+	b := make([]byte, 0, len(payload)+8)
+	b = append(b, "data: "...)
+	b = append(b, payload...)
+	return append(b, "\n\n"...)
+}
+
+// Done is the event that ends an OpenAI stream.
+var Done = []byte("data: [DONE]\n\n")
+
+// ResponseID is the OpenAI response id of an admitted request.
+func ResponseID(req *Request) string {
+	if req.Input.Endpoint == Completion {
+		return "cmpl-" + req.ID()
+	}
+	return "chatcmpl-" + req.ID()
+}
+
+// Framer turns one request's Deltas into OpenAI SSE events: for chat a
+// first chunk with the assistant role, content chunks (with logprobs
+// content entries when asked), a chunk with the finish reason, a usage
+// chunk with empty choices when stream_options.include_usage is set, and
+// [DONE]. A final Delta with an error yields nothing: the caller reports
+// the error in its own frame.
+type Framer struct {
+	head    head
+	started bool
+}
+
+// head is what every chunk of a response repeats.
+type head struct {
+	endpoint     Endpoint
+	id, model    string
+	created      int64
+	logprobs     bool
+	includeUsage bool
+}
+
+func headOf(req *Request) head {
+	return head{
+		endpoint:     req.Input.Endpoint,
+		id:           ResponseID(req),
+		model:        req.Params.Model,
+		created:      req.Received.Unix(),
+		logprobs:     req.Params.Logprobs,
+		includeUsage: req.Params.Stream && req.Params.IncludeUsage,
+	}
+}
+
+// NewFramer returns the framer of an admitted request.
+func NewFramer(req *Request) *Framer { return &Framer{head: headOf(req)} }
+
+// Frames returns the SSE events for d.
+func (f *Framer) Frames(d Delta) [][]byte {
+	if d.Err != nil {
+		return nil
+	}
+	var out [][]byte
+	if !f.started && f.head.endpoint == Chat {
+		empty := ""
+		out = append(out, f.chunk(chatChunkChoice{Delta: chatDelta{Role: "assistant", Content: &empty}}, nil))
+	}
+	f.started = true
+	if d.Text != "" || len(d.Logprobs) > 0 {
+		if f.head.endpoint == Chat {
+			text := d.Text
+			out = append(out, f.chunk(chatChunkChoice{Delta: chatDelta{Content: &text}, Logprobs: f.chatLogprobs(d.Logprobs)}, nil))
+		} else {
+			out = append(out, f.chunk(completionChoice{Text: d.Text, Logprobs: f.completionLogprobs(d.Logprobs)}, nil))
+		}
+	}
+	if d.Finish != "" {
+		reason := d.Finish
+		if f.head.endpoint == Chat {
+			out = append(out, f.chunk(chatChunkChoice{Delta: chatDelta{}, FinishReason: &reason}, nil))
+		} else {
+			out = append(out, f.chunk(completionChoice{FinishReason: &reason}, nil))
+		}
+		if f.head.includeUsage {
+			u := usageOf(d.Usage)
+			out = append(out, f.chunk(nil, &u))
+		}
+		out = append(out, Done)
+	}
+	return out
+}
+
+// chunk encodes one streamed chunk; choice nil makes the usage chunk.
+func (f *Framer) chunk(choice any, usage *usageJSON) []byte {
+	c := responseJSON[any, any]{ID: f.head.id, Object: "chat.completion.chunk", Created: f.head.created, Model: f.head.model, Choices: []any{}}
+	if f.head.endpoint == Completion {
+		c.Object = "text_completion"
+	}
+	if choice != nil {
+		c.Choices = []any{choice}
+	}
+	if f.head.includeUsage {
+		c.Usage = json.RawMessage("null")
+		if usage != nil {
+			c.Usage = usage
+		}
+	}
+	return SSE(mustJSON(c))
+}
+
+func (f *Framer) chatLogprobs(lps []Logprob) *chatLogprobs {
+	if !f.head.logprobs {
+		return nil
+	}
+	return chatLogprobsOf(lps)
+}
+
+func (f *Framer) completionLogprobs(lps []Logprob) *completionLogprobs {
+	if !f.head.logprobs {
+		return nil
+	}
+	return completionLogprobsOf(lps)
+}
+
+// Collector gathers a request's Deltas into one non-streamed response.
+type Collector struct {
+	head   head
+	text   strings.Builder
+	lps    []Logprob
+	finish string
+	usage  engine.Usage
+	err    error
+}
+
+// NewCollector returns the collector of an admitted request.
+func NewCollector(req *Request) *Collector { return &Collector{head: headOf(req)} }
+
+// Add takes the next Delta.
+func (c *Collector) Add(d Delta) {
+	c.text.WriteString(d.Text)
+	c.lps = append(c.lps, d.Logprobs...)
+	if d.Finish != "" {
+		c.finish, c.usage = d.Finish, d.Usage
+	}
+	if d.Err != nil {
+		c.err = d.Err
+	}
+}
+
+// Err is the error the stream ended with, if any.
+func (c *Collector) Err() error { return c.err }
+
+// JSON encodes the response body.
+func (c *Collector) JSON() []byte {
+	u := usageOf(c.usage)
+	if c.head.endpoint == Completion {
+		var lp *completionLogprobs
+		if c.head.logprobs {
+			lp = completionLogprobsOf(c.lps)
+		}
+		return mustJSON(responseJSON[completionFinal, usageJSON]{
+			ID: c.head.id, Object: "text_completion", Created: c.head.created, Model: c.head.model,
+			Choices: []completionFinal{{Text: c.text.String(), Logprobs: lp, FinishReason: c.finish}},
+			Usage:   u,
+		})
+	}
+	var lp *chatLogprobs
+	if c.head.logprobs {
+		lp = chatLogprobsOf(c.lps)
+	}
+	return mustJSON(responseJSON[chatChoice, usageJSON]{
+		ID: c.head.id, Object: "chat.completion", Created: c.head.created, Model: c.head.model,
+		Choices: []chatChoice{{Message: chatMessage{Role: "assistant", Content: c.text.String()}, Logprobs: lp, FinishReason: c.finish}},
+		Usage:   u,
+	})
+}
+
+// responseJSON is a response or a streamed chunk with choices of type C
+// and usage of type U (a chunk's usage is absent, null or set; a
+// response's is always set).
+type responseJSON[C, U any] struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	Model   string `json:"model"`
+	Choices []C    `json:"choices"`
+	Usage   U      `json:"usage,omitempty"`
+}
+
+type chatChunkChoice struct {
+	Index        int           `json:"index"`
+	Delta        chatDelta     `json:"delta"`
+	Logprobs     *chatLogprobs `json:"logprobs"`
+	FinishReason *string       `json:"finish_reason"`
+}
+
+type chatDelta struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+}
+
+type completionChoice struct {
+	Index        int                 `json:"index"`
+	Text         string              `json:"text"`
+	Logprobs     *completionLogprobs `json:"logprobs"`
+	FinishReason *string             `json:"finish_reason"`
+}
+
+type chatChoice struct {
+	Index        int           `json:"index"`
+	Message      chatMessage   `json:"message"`
+	Logprobs     *chatLogprobs `json:"logprobs"`
+	FinishReason string        `json:"finish_reason"`
+}
+
+type chatMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+type completionFinal struct {
+	Index        int                 `json:"index"`
+	Text         string              `json:"text"`
+	Logprobs     *completionLogprobs `json:"logprobs"`
+	FinishReason string              `json:"finish_reason"`
+}
+
+type usageJSON struct {
+	PromptTokens        int           `json:"prompt_tokens"`
+	CompletionTokens    int           `json:"completion_tokens"`
+	TotalTokens         int           `json:"total_tokens"`
+	PromptTokensDetails promptDetails `json:"prompt_tokens_details"`
+}
+
+type promptDetails struct {
+	CachedTokens int `json:"cached_tokens"`
+}
+
+func usageOf(u engine.Usage) usageJSON {
+	return usageJSON{
+		PromptTokens:        u.PromptTokens,
+		CompletionTokens:    u.CompletionTokens,
+		TotalTokens:         u.PromptTokens + u.CompletionTokens,
+		PromptTokensDetails: promptDetails{CachedTokens: u.CachedTokens},
+	}
+}
+
+type chatLogprobs struct {
+	Content []chatLogprob `json:"content"`
+}
+
+type chatLogprob struct {
+	Token       string           `json:"token"`
+	Logprob     float64          `json:"logprob"`
+	Bytes       []int            `json:"bytes"`
+	TopLogprobs []chatTopLogprob `json:"top_logprobs"`
+}
+
+type chatTopLogprob struct {
+	Token   string  `json:"token"`
+	Logprob float64 `json:"logprob"`
+	Bytes   []int   `json:"bytes"`
+}
+
+func chatLogprobsOf(lps []Logprob) *chatLogprobs {
+	out := &chatLogprobs{Content: make([]chatLogprob, len(lps))}
+	for i, lp := range lps {
+		e := chatLogprob{Token: lp.Token, Logprob: finite(lp.Logprob), Bytes: ints(lp.Bytes), TopLogprobs: make([]chatTopLogprob, len(lp.Top))}
+		for j, t := range lp.Top {
+			e.TopLogprobs[j] = chatTopLogprob{Token: t.Token, Logprob: finite(t.Logprob), Bytes: ints(t.Bytes)}
+		}
+		out.Content[i] = e
+	}
+	return out
+}
+
+// completionLogprobs is the legacy completions format.
+type completionLogprobs struct {
+	Tokens        []string       `json:"tokens"`
+	TokenLogprobs []float64      `json:"token_logprobs"`
+	TopLogprobs   []orderedProbs `json:"top_logprobs"`
+	TextOffset    []int          `json:"text_offset"`
+}
+
+func completionLogprobsOf(lps []Logprob) *completionLogprobs {
+	out := &completionLogprobs{
+		Tokens:        make([]string, len(lps)),
+		TokenLogprobs: make([]float64, len(lps)),
+		TopLogprobs:   make([]orderedProbs, len(lps)),
+		TextOffset:    make([]int, len(lps)),
+	}
+	for i, lp := range lps {
+		out.Tokens[i] = lp.Token
+		out.TokenLogprobs[i] = finite(lp.Logprob)
+		out.TopLogprobs[i] = orderedProbs(lp.Top)
+		out.TextOffset[i] = lp.Offset
+	}
+	return out
+}
+
+// orderedProbs encodes alternatives as one JSON object, most likely first
+// (a Go map would sort the keys).
+type orderedProbs []TokenLogprob
+
+func (o orderedProbs) MarshalJSON() ([]byte, error) {
+	b := []byte{'{'}
+	seen := map[string]bool{}
+	for _, t := range o {
+		if seen[t.Token] {
+			continue
+		}
+		seen[t.Token] = true
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = append(b, mustJSON(t.Token)...)
+		b = append(b, ':')
+		b = append(b, mustJSON(finite(t.Logprob))...)
+	}
+	return append(b, '}'), nil
+}
+
+// finite replaces what JSON cannot carry: a token with no probability
+// gets -9999, as OpenAI reports it.
+func finite(x float64) float64 {
+	if math.IsInf(x, 0) || math.IsNaN(x) {
+		return -9999
+	}
+	return x
+}
+
+func ints(b []byte) []int {
+	out := make([]int, len(b))
+	for i, c := range b {
+		out[i] = int(c)
+	}
+	return out
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Every encoded type is plain data with finite floats.
+		panic("stages: encode response: " + err.Error())
+	}
+	return b
+}

@@ -1,0 +1,613 @@
+package stages
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"math"
+	"strconv"
+
+	"github.com/goprovider/provider/sample"
+)
+
+// Bounds of the request schema.
+const (
+	// MaxStops is the most stop strings a request may give (OpenAI's).
+	MaxStops = 4
+	// MaxTopLogprobs is the most alternatives per token a request may ask.
+	MaxTopLogprobs = 20
+	// MaxTokensLimit bounds max_tokens before the model's context length is
+	// known to keep every count far from overflow.
+	MaxTokensLimit = 1 << 24
+)
+
+// Parse decodes an OpenAI chat or completions body into validated Params
+// and resolves the model through Models.
+//
+// Policy: a field we do not know is refused (unknown_parameter), as
+// OpenAI does; a known field is accepted only at values we honour:
+// penalties must be 0, logit_bias and tools empty, n and best_of 1,
+// response_format "text", echo false, suffix empty, store false. Fields
+// that change nothing we return (user, metadata, service_tier,
+// parallel_tool_calls) are accepted and ignored. tools are refused whatever
+// the template can do, because no tool-call parser turns output into
+// tool_calls yet. Sampling defaults are greedy: temperature 0, top_p 1,
+// top_k 0 (-1 is accepted as "no limit", as vLLM clients send it).
+type Parse struct {
+	Models Catalog
+}
+
+// Name implements Stage.
+func (Parse) Name() string { return "parse" }
+
+var commonKeys = []string{
+	"model", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "logprobs",
+	"stream", "stream_options", "n", "user", "frequency_penalty", "presence_penalty", "logit_bias",
+}
+
+var (
+	chatKeys = keySet(commonKeys, "messages", "max_completion_tokens", "top_logprobs",
+		"response_format", "tools", "tool_choice", "parallel_tool_calls", "functions",
+		"function_call", "store", "metadata", "service_tier", "modalities")
+	completionKeys = keySet(commonKeys, "prompt", "echo", "suffix", "best_of")
+	messageKeys    = keySet(nil, "role", "content", "name", "tool_calls", "tool_call_id",
+		"refusal", "annotations", "audio", "function_call")
+)
+
+func keySet(base []string, more ...string) map[string]bool {
+	m := make(map[string]bool, len(base)+len(more))
+	for _, k := range base {
+		m[k] = true
+	}
+	for _, k := range more {
+		m[k] = true
+	}
+	return m
+}
+
+// Apply implements Stage. It drops the body once parsed.
+func (p Parse) Apply(_ context.Context, req *Request) error {
+	f, err := topObject(req.Input.Body)
+	if err != nil {
+		return err
+	}
+	known := chatKeys
+	if req.Input.Endpoint == Completion {
+		known = completionKeys
+	}
+	if err := onlyKeys(f, known); err != nil {
+		return err
+	}
+	var name string
+	if ok, err := get(f, "model", &name); err != nil {
+		return err
+	} else if !ok || name == "" {
+		return invalid(CodeMissing, "model")
+	}
+	m, ok := p.Models.Lookup(name)
+	if !ok {
+		return ErrUnknownModel
+	}
+	par := &Params{Model: name}
+	if err := parseCommon(f, par); err != nil {
+		return err
+	}
+	switch req.Input.Endpoint {
+	case Chat:
+		err = parseChat(f, par)
+	case Completion:
+		err = parseCompletion(f, par, m)
+	default:
+		err = invalid(CodeInvalidValue, "")
+	}
+	if err != nil {
+		return err
+	}
+	req.Params, req.Model = par, m
+	req.Input.Body = nil
+	return nil
+}
+
+type fields map[string]json.RawMessage
+
+func topObject(body []byte) (fields, error) {
+	var f fields
+	if err := json.Unmarshal(body, &f); err != nil {
+		var syn *json.SyntaxError
+		if errors.As(err, &syn) || errors.Is(err, io.ErrUnexpectedEOF) || len(bytes.TrimSpace(body)) == 0 {
+			return nil, &Invalid{Code: CodeInvalidJSON, Err: err}
+		}
+		return nil, &Invalid{Code: CodeInvalidType, Err: err}
+	}
+	if f == nil {
+		return nil, invalid(CodeInvalidType, "")
+	}
+	return f, nil
+}
+
+// object decodes a nested JSON object; param names it in errors.
+func object(raw json.RawMessage, param string) (fields, error) {
+	var f fields
+	if err := json.Unmarshal(raw, &f); err != nil || f == nil {
+		return nil, &Invalid{Code: CodeInvalidType, Param: param, Err: err}
+	}
+	return f, nil
+}
+
+// onlyKeys refuses keys outside known without naming them: the name is
+// request text.
+func onlyKeys(f fields, known map[string]bool) error {
+	for k := range f {
+		if !known[k] {
+			return invalid(CodeUnknownParameter, "")
+		}
+	}
+	return nil
+}
+
+func isNull(raw json.RawMessage) bool {
+	return len(raw) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null"))
+}
+
+// get decodes field name into dst; absent and null leave dst alone and
+// report false.
+func get[T any](f fields, name string, dst *T) (bool, error) {
+	raw, ok := f[name]
+	if !ok || isNull(raw) {
+		return false, nil
+	}
+	if err := json.Unmarshal(raw, dst); err != nil {
+		return false, &Invalid{Code: CodeInvalidType, Param: name, Err: err}
+	}
+	return true, nil
+}
+
+// getInt decodes integer field name and checks lo <= value <= hi.
+func getInt(f fields, name string, lo, hi int) (int, bool, error) {
+	var n int
+	ok, err := get(f, name, &n)
+	if err != nil || !ok {
+		return 0, false, err
+	}
+	if n < lo || n > hi {
+		return 0, false, invalid(CodeInvalidValue, name)
+	}
+	return n, true, nil
+}
+
+// kind is the JSON kind of a raw value by its first byte.
+func kind(raw json.RawMessage) byte {
+	b := bytes.TrimSpace(raw)
+	if len(b) == 0 {
+		return 0
+	}
+	return b[0]
+}
+
+func parseCommon(f fields, p *Params) error {
+	n, ok, err := getInt(f, "max_tokens", 0, MaxTokensLimit)
+	if err != nil {
+		return err
+	}
+	p.MaxTokens, p.MaxTokensSet = n, ok
+
+	var t float64
+	if ok, err := get(f, "temperature", &t); err != nil {
+		return err
+	} else if ok {
+		if (sample.Params{Temperature: t}).Validate() != nil {
+			return invalid(CodeInvalidValue, "temperature")
+		}
+		p.Sampling.Temperature = t
+	}
+	p.Sampling.TopP = 1
+	if ok, err := get(f, "top_p", &t); err != nil {
+		return err
+	} else if ok {
+		if (sample.Params{TopP: t}).Validate() != nil {
+			return invalid(CodeInvalidValue, "top_p")
+		}
+		p.Sampling.TopP = t
+	}
+	k, _, err := getInt(f, "top_k", -1, math.MaxInt)
+	if err != nil {
+		return err
+	}
+	p.Sampling.TopK = max(k, 0)
+	if raw, ok := f["seed"]; ok && !isNull(raw) {
+		s, err := parseSeed(raw)
+		if err != nil {
+			return err
+		}
+		p.Sampling.Seed = &s
+	}
+	if err := parseStop(f, p); err != nil {
+		return err
+	}
+	if _, err := get(f, "stream", &p.Stream); err != nil {
+		return err
+	}
+	if raw, ok := f["stream_options"]; ok && !isNull(raw) {
+		so, err := object(raw, "stream_options")
+		if err != nil {
+			return err
+		}
+		if err := onlyKeys(so, keySet(nil, "include_usage")); err != nil {
+			return err
+		}
+		if _, err := get(so, "include_usage", &p.IncludeUsage); err != nil {
+			return &Invalid{Code: CodeInvalidType, Param: "stream_options", Err: err}
+		}
+	}
+	var choices int
+	if ok, err := get(f, "n", &choices); err != nil {
+		return err
+	} else if ok && choices != 1 {
+		return invalid(CodeUnsupported, "n")
+	}
+	if _, err := get(f, "user", &p.User); err != nil {
+		return err
+	}
+	for _, name := range []string{"frequency_penalty", "presence_penalty"} {
+		if ok, err := get(f, name, &t); err != nil {
+			return err
+		} else if ok && t != 0 {
+			return invalid(CodeUnsupported, name)
+		}
+	}
+	var bias map[string]float64
+	if ok, err := get(f, "logit_bias", &bias); err != nil {
+		return err
+	} else if ok && len(bias) > 0 {
+		return invalid(CodeUnsupported, "logit_bias")
+	}
+	return nil
+}
+
+// parseSeed accepts any JSON integer in [-2^63, 2^64); a negative seed is
+// used by its two's-complement bits.
+func parseSeed(raw json.RawMessage) (uint64, error) {
+	s := string(bytes.TrimSpace(raw))
+	if k := kind(raw); k != '-' && (k < '0' || k > '9') {
+		return 0, invalid(CodeInvalidType, "seed")
+	}
+	if u, err := strconv.ParseUint(s, 10, 64); err == nil {
+		return u, nil
+	}
+	if i, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return uint64(i), nil
+	}
+	return 0, invalid(CodeInvalidValue, "seed")
+}
+
+func parseStop(f fields, p *Params) error {
+	raw, ok := f["stop"]
+	if !ok || isNull(raw) {
+		return nil
+	}
+	var stops []string
+	if kind(raw) == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return &Invalid{Code: CodeInvalidType, Param: "stop", Err: err}
+		}
+		stops = []string{s}
+	} else if _, err := get(f, "stop", &stops); err != nil {
+		return err
+	}
+	if len(stops) > MaxStops {
+		return invalid(CodeInvalidValue, "stop")
+	}
+	for _, s := range stops {
+		if s == "" {
+			return invalid(CodeInvalidValue, "stop")
+		}
+	}
+	p.Stop = stops
+	return nil
+}
+
+func parseChat(f fields, p *Params) error {
+	n, ok, err := getInt(f, "max_completion_tokens", 0, MaxTokensLimit)
+	if err != nil {
+		return err
+	} else if ok {
+		if p.MaxTokensSet && n != p.MaxTokens {
+			return invalid(CodeInvalidValue, "max_completion_tokens")
+		}
+		p.MaxTokens, p.MaxTokensSet = n, true
+	}
+	if _, err := get(f, "logprobs", &p.Logprobs); err != nil {
+		return err
+	}
+	if n, ok, err := getInt(f, "top_logprobs", 0, MaxTopLogprobs); err != nil {
+		return err
+	} else if ok {
+		if !p.Logprobs {
+			return invalid(CodeInvalidValue, "top_logprobs")
+		}
+		p.TopLogprobs = n
+	}
+	if err := refuseChatFeatures(f); err != nil {
+		return err
+	}
+	var raws []json.RawMessage
+	if ok, err := get(f, "messages", &raws); err != nil {
+		return err
+	} else if !ok {
+		return invalid(CodeMissing, "messages")
+	}
+	if len(raws) == 0 {
+		return invalid(CodeInvalidValue, "messages")
+	}
+	p.Messages = make([]Message, 0, len(raws))
+	for _, raw := range raws {
+		m, media, err := parseMessage(raw)
+		if err != nil {
+			return err
+		}
+		p.Messages = append(p.Messages, m)
+		p.Media = append(p.Media, media...)
+	}
+	return nil
+}
+
+// refuseChatFeatures checks the chat fields accepted only at values that
+// change nothing.
+func refuseChatFeatures(f fields) error {
+	if raw, ok := f["response_format"]; ok && !isNull(raw) {
+		rf, err := object(raw, "response_format")
+		if err != nil {
+			return err
+		}
+		var typ string
+		if _, err := get(rf, "type", &typ); err != nil {
+			return &Invalid{Code: CodeInvalidType, Param: "response_format", Err: err}
+		}
+		if typ != "text" {
+			return invalid(CodeUnsupported, "response_format")
+		}
+	}
+	for _, name := range []string{"tools", "functions"} {
+		var list []json.RawMessage
+		if ok, err := get(f, name, &list); err != nil {
+			return err
+		} else if ok && len(list) > 0 {
+			return invalid(CodeUnsupported, name)
+		}
+	}
+	for _, name := range []string{"tool_choice", "function_call"} {
+		raw, ok := f[name]
+		if !ok || isNull(raw) {
+			continue
+		}
+		var s string
+		if kind(raw) != '"' || json.Unmarshal(raw, &s) != nil || (s != "none" && s != "auto") {
+			return invalid(CodeUnsupported, name)
+		}
+	}
+	var b bool
+	if _, err := get(f, "parallel_tool_calls", &b); err != nil {
+		return err
+	}
+	if ok, err := get(f, "store", &b); err != nil {
+		return err
+	} else if ok && b {
+		return invalid(CodeUnsupported, "store")
+	}
+	var meta map[string]string
+	if _, err := get(f, "metadata", &meta); err != nil {
+		return err
+	}
+	var tier string
+	if _, err := get(f, "service_tier", &tier); err != nil {
+		return err
+	}
+	var modalities []string
+	if _, err := get(f, "modalities", &modalities); err != nil {
+		return err
+	}
+	for _, m := range modalities {
+		if m != "text" {
+			return invalid(CodeUnsupported, "modalities")
+		}
+	}
+	return nil
+}
+
+// parseMessage validates one chat turn. The "developer" role is the
+// system role of newer OpenAI models and is passed to templates as
+// "system"; tool and function turns are refused with tools.
+func parseMessage(raw json.RawMessage) (Message, []Media, error) {
+	f, err := object(raw, "messages")
+	if err != nil {
+		return Message{}, nil, err
+	}
+	if err := onlyKeys(f, messageKeys); err != nil {
+		return Message{}, nil, err
+	}
+	var m Message
+	if ok, err := get(f, "role", &m.Role); err != nil {
+		return Message{}, nil, &Invalid{Code: CodeInvalidType, Param: "messages", Err: err}
+	} else if !ok {
+		return Message{}, nil, invalid(CodeMissing, "messages")
+	}
+	switch m.Role {
+	case "system", "user", "assistant":
+	case "developer":
+		m.Role = "system"
+	case "tool", "function":
+		return Message{}, nil, invalid(CodeUnsupported, "messages")
+	default:
+		return Message{}, nil, invalid(CodeInvalidValue, "messages")
+	}
+	if _, err := get(f, "name", &m.Name); err != nil {
+		return Message{}, nil, &Invalid{Code: CodeInvalidType, Param: "messages", Err: err}
+	}
+	var calls []json.RawMessage
+	if _, err := get(f, "tool_calls", &calls); err != nil {
+		return Message{}, nil, &Invalid{Code: CodeInvalidType, Param: "messages", Err: err}
+	}
+	if len(calls) > 0 || !isNull(f["tool_call_id"]) || !isNull(f["function_call"]) {
+		return Message{}, nil, invalid(CodeUnsupported, "messages")
+	}
+	text, media, present, err := parseContent(f["content"])
+	if err != nil {
+		return Message{}, nil, err
+	}
+	if !present && m.Role != "assistant" {
+		return Message{}, nil, invalid(CodeMissing, "messages")
+	}
+	if len(media) > 0 && m.Role != "user" {
+		return Message{}, nil, invalid(CodeInvalidValue, "messages")
+	}
+	m.Content = text
+	return m, media, nil
+}
+
+// parseContent reads a string or a list of content parts. Text parts are
+// concatenated without a separator (as mlx-lm's server does); image parts
+// become Media.
+func parseContent(raw json.RawMessage) (text string, media []Media, present bool, err error) {
+	if isNull(raw) {
+		return "", nil, false, nil
+	}
+	switch kind(raw) {
+	case '"':
+		if err := json.Unmarshal(raw, &text); err != nil {
+			return "", nil, false, &Invalid{Code: CodeInvalidType, Param: "messages", Err: err}
+		}
+		return text, nil, true, nil
+	case '[':
+	default:
+		return "", nil, false, invalid(CodeInvalidType, "messages")
+	}
+	var parts []json.RawMessage
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return "", nil, false, &Invalid{Code: CodeInvalidType, Param: "messages", Err: err}
+	}
+	var buf bytes.Buffer
+	for _, pr := range parts {
+		pf, err := object(pr, "messages")
+		if err != nil {
+			return "", nil, false, err
+		}
+		var typ string
+		if _, err := get(pf, "type", &typ); err != nil {
+			return "", nil, false, &Invalid{Code: CodeInvalidType, Param: "messages", Err: err}
+		}
+		switch typ {
+		case "text":
+			if err := onlyKeys(pf, keySet(nil, "type", "text")); err != nil {
+				return "", nil, false, err
+			}
+			var s string
+			if ok, err := get(pf, "text", &s); err != nil || !ok {
+				return "", nil, false, invalid(CodeInvalidType, "messages")
+			}
+			buf.WriteString(s)
+		case "image_url":
+			if err := onlyKeys(pf, keySet(nil, "type", "image_url")); err != nil {
+				return "", nil, false, err
+			}
+			img, err := object(pf["image_url"], "messages")
+			if err != nil {
+				return "", nil, false, err
+			}
+			if err := onlyKeys(img, keySet(nil, "url", "detail")); err != nil {
+				return "", nil, false, err
+			}
+			var url string
+			if ok, err := get(img, "url", &url); err != nil || !ok || url == "" {
+				return "", nil, false, invalid(CodeInvalidValue, "messages")
+			}
+			media = append(media, Media{Kind: "image", URL: url})
+		case "input_audio", "file", "video_url", "input_video":
+			return "", nil, false, invalid(CodeUnsupportedMedia, "messages")
+		default:
+			return "", nil, false, invalid(CodeInvalidValue, "messages")
+		}
+	}
+	return buf.String(), media, true, nil
+}
+
+func parseCompletion(f fields, p *Params, m *Model) error {
+	k, ok, err := getInt(f, "logprobs", 0, MaxTopLogprobs)
+	if err != nil {
+		return err
+	}
+	p.Logprobs, p.TopLogprobs = ok, k
+	var b bool
+	if ok, err := get(f, "echo", &b); err != nil {
+		return err
+	} else if ok && b {
+		return invalid(CodeUnsupported, "echo")
+	}
+	var s string
+	if ok, err := get(f, "suffix", &s); err != nil {
+		return err
+	} else if ok && s != "" {
+		return invalid(CodeUnsupported, "suffix")
+	}
+	if ok, err := get(f, "best_of", &k); err != nil {
+		return err
+	} else if ok && k != 1 {
+		return invalid(CodeUnsupported, "best_of")
+	}
+	return parsePrompt(f["prompt"], p, m)
+}
+
+// parsePrompt accepts a string, a list of one string, a list of token ids,
+// or a list of one list of token ids. More prompts than one would be a
+// batch, which is refused like n > 1.
+func parsePrompt(raw json.RawMessage, p *Params, m *Model) error {
+	if isNull(raw) {
+		return invalid(CodeMissing, "prompt")
+	}
+	switch kind(raw) {
+	case '"':
+		if err := json.Unmarshal(raw, &p.Prompt); err != nil {
+			return &Invalid{Code: CodeInvalidType, Param: "prompt", Err: err}
+		}
+		return nil
+	case '[':
+	default:
+		return invalid(CodeInvalidType, "prompt")
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return &Invalid{Code: CodeInvalidType, Param: "prompt", Err: err}
+	}
+	if len(items) == 0 {
+		return invalid(CodeInvalidValue, "prompt")
+	}
+	switch kind(items[0]) {
+	case '"', '[':
+		if len(items) > 1 {
+			return invalid(CodeUnsupported, "prompt")
+		}
+		if kind(items[0]) == '"' {
+			return parsePrompt(items[0], p, m)
+		}
+		raw = items[0]
+	}
+	var ids []int64
+	if err := json.Unmarshal(raw, &ids); err != nil {
+		return &Invalid{Code: CodeInvalidType, Param: "prompt", Err: err}
+	}
+	if len(ids) == 0 {
+		return invalid(CodeInvalidValue, "prompt")
+	}
+	vocab := int64(m.Tokenizer.VocabSize())
+	p.PromptTokens = make([]int32, len(ids))
+	for i, id := range ids {
+		if id < 0 || id >= vocab {
+			return invalid(CodeInvalidValue, "prompt")
+		}
+		p.PromptTokens[i] = int32(id)
+	}
+	p.PromptIsTokens = true
+	return nil
+}

@@ -1,0 +1,148 @@
+package stages
+
+import (
+	"context"
+	"time"
+
+	"github.com/goprovider/provider/engine"
+	"github.com/goprovider/provider/jinja"
+	"github.com/goprovider/provider/sample"
+	"github.com/goprovider/provider/tokenizer"
+)
+
+// Model is what the pipeline knows of one served model. It is immutable
+// once registered.
+type Model struct {
+	Name string
+	// Architecture is the config model_type ("llama", ...).
+	Architecture string
+	Tokenizer    *tokenizer.Tokenizer
+	// ChatTemplate renders chat requests; nil refuses them (400
+	// no_chat_template) rather than guessing a format.
+	ChatTemplate *jinja.Template
+	// EOS lists the tokens that end generation; they are never rendered.
+	EOS []int32
+	// ContextLength bounds prompt plus generated tokens; 0 means unknown.
+	ContextLength int
+}
+
+// Catalog resolves a requested model name.
+type Catalog interface {
+	Lookup(name string) (*Model, bool)
+}
+
+// Endpoint says which OpenAI API a request came through.
+type Endpoint uint8
+
+// Endpoints.
+const (
+	Chat       Endpoint = iota + 1 // POST /v1/chat/completions
+	Completion                     // POST /v1/completions
+)
+
+func (e Endpoint) String() string {
+	switch e {
+	case Chat:
+		return "chat"
+	case Completion:
+		return "completion"
+	}
+	return "unknown"
+}
+
+// Input is a request as it arrives: which API, the body, and the id the
+// caller proposed (empty when none).
+type Input struct {
+	Endpoint Endpoint
+	Body     []byte
+	CallerID string
+}
+
+// Message is one chat turn after parsing: content parts are joined and
+// media parts set aside in Params.Media.
+type Message struct {
+	Role    string
+	Content string
+	Name    string
+}
+
+// Media is a media part of a user turn, not yet fetched or decoded.
+type Media struct {
+	Kind string // "image"
+	URL  string
+}
+
+// Params is a parsed and validated request body.
+type Params struct {
+	Model    string
+	Messages []Message // chat
+	Prompt   string    // completion given as text
+	// PromptTokens is a completion prompt given as token ids; PromptIsTokens
+	// tells it from an empty text prompt.
+	PromptTokens   []int32
+	PromptIsTokens bool
+	Media          []Media
+
+	// MaxTokens is the requested generation bound; MaxTokensSet is false
+	// when the request left it to the default.
+	MaxTokens    int
+	MaxTokensSet bool
+	Sampling     sample.Params
+	Stop         []string
+	// Logprobs asks for the sampled tokens' log-probabilities and
+	// TopLogprobs alternatives each.
+	Logprobs     bool
+	TopLogprobs  int
+	Stream       bool
+	IncludeUsage bool
+	User         string
+}
+
+// Request is the request's data as the stages enrich it.
+type Request struct {
+	Input Input
+	// Received is when the pipeline took the request in; it is the
+	// "created" time of the response.
+	Received time.Time
+	// MintedID is the id used when the caller proposed none or an invalid
+	// one; it is drawn before the pipeline so that stages stay pure.
+	MintedID string
+
+	Params *Params // set by Parse
+	Model  *Model  `msgpack:"-"` // set by Parse
+	// Prompt is the rendered chat prompt or the completion text (Template).
+	Prompt string
+	Tokens []int32 // set by Template
+	// Spans are the multimodal spans of Tokens (SpanCarve).
+	Spans      []engine.Span
+	Generation *engine.Generation // set by Admit
+}
+
+// ID is the request id once Admit has run, else "".
+func (r *Request) ID() string {
+	if r.Generation == nil {
+		return ""
+	}
+	return string(r.Generation.ID)
+}
+
+// Admitted is a generation the engine accepted: its events, and Stop,
+// which cancels the row (the stream then ends within one step). Stop may
+// be called any number of times.
+type Admitted struct {
+	Events <-chan engine.Event
+	Stop   context.CancelFunc
+}
+
+// Envelope carries one request through the pipeline.
+type Envelope struct {
+	Ctx context.Context
+	// Reply receives the envelope once, from the terminal; it must have
+	// room for it (a buffer of one) so the terminal never blocks.
+	Reply chan<- *Envelope
+	// Err is set by the first stage that fails; later stages skip.
+	Err error
+	Req Request
+	// Admitted is set by the terminal when the engine accepted the request.
+	Admitted *Admitted
+}

@@ -1,0 +1,96 @@
+package stages
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/goprovider/provider/jinja"
+	"github.com/goprovider/provider/tokenizer"
+)
+
+// Template turns a parsed request into prompt tokens.
+//
+// Chat requests are rendered with the model's chat template as
+// transformers' apply_chat_template does (jinja.ChatOptions with
+// add_generation_prompt; strftime_now reads Request.Received), then
+// tokenized with special-token text parsed. The BOS rule is llama.cpp's: the
+// vocabulary's own BOS/EOS are added unless the rendered text already
+// starts with the BOS text, so a template that writes BOS never gets a
+// second one. Completion text is tokenized raw with the vocabulary's
+// special tokens added and special-token text parsed (as llama.cpp's
+// server does); completion token ids are taken as given.
+type Template struct{}
+
+// Name implements Stage.
+func (Template) Name() string { return "template" }
+
+// Apply implements Stage.
+func (Template) Apply(_ context.Context, req *Request) error {
+	m, p := req.Model, req.Params
+	tok := m.Tokenizer
+	param := "prompt"
+	switch req.Input.Endpoint {
+	case Chat:
+		param = "messages"
+		if m.ChatTemplate == nil {
+			return invalid(CodeNoChatTemplate, "model")
+		}
+		bos, eos := tokenText(tok, tok.BOS()), tokenText(tok, tok.EOS())
+		text, err := RenderChat(m.ChatTemplate, p.Messages, bos, eos, req.Received)
+		if err != nil {
+			return err
+		}
+		req.Prompt = text
+		addBOS := bos == "" || !strings.HasPrefix(text, bos)
+		req.Tokens = tok.Encode(text, tokenizer.EncodeOptions{AddSpecial: addBOS, ParseSpecial: true})
+	case Completion:
+		if p.PromptIsTokens {
+			req.Tokens = append([]int32(nil), p.PromptTokens...)
+		} else {
+			req.Prompt = p.Prompt
+			req.Tokens = tok.Encode(p.Prompt, tokenizer.EncodeOptions{AddSpecial: true, ParseSpecial: true})
+		}
+	}
+	if len(req.Tokens) == 0 {
+		return invalid(CodeEmptyPrompt, param)
+	}
+	return nil
+}
+
+// RenderChat renders messages with a chat template and a generation
+// prompt. A template that raises (e.g. "roles must alternate") rejects the
+// conversation: that is the client's to fix (*Invalid,
+// template_rejected). Any other failure is the template's (ErrTemplate).
+func RenderChat(t *jinja.Template, msgs []Message, bos, eos string, now time.Time) (string, error) {
+	list := make([]map[string]any, len(msgs))
+	for i, m := range msgs {
+		list[i] = map[string]any{"role": m.Role, "content": m.Content}
+		if m.Name != "" {
+			list[i]["name"] = m.Name
+		}
+	}
+	text, err := t.RenderChat(list, jinja.ChatOptions{
+		AddGenerationPrompt: true,
+		BOS:                 bos,
+		EOS:                 eos,
+		Now:                 func() time.Time { return now },
+	})
+	switch {
+	case err == nil:
+		return text, nil
+	case errors.Is(err, jinja.ErrRaised):
+		return "", &Invalid{Code: CodeTemplateRejected, Param: "messages", Err: err}
+	default:
+		return "", fmt.Errorf("%w: %w", ErrTemplate, err)
+	}
+}
+
+func tokenText(t *tokenizer.Tokenizer, id int32) string {
+	if id < 0 {
+		return ""
+	}
+	return t.Token(id)
+}
