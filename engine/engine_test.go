@@ -1,4 +1,4 @@
-package engine
+package engine_test
 
 import (
 	"context"
@@ -7,63 +7,27 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/goprovider/provider/family"
-	"github.com/goprovider/provider/mlx"
+	"github.com/goprovider/provider/engine"
+	"github.com/goprovider/provider/engine/enginetest"
 	"github.com/goprovider/provider/model"
 	"github.com/goprovider/provider/tokenizer"
 )
 
-var tokenizerNoSpecial = tokenizer.EncodeOptions{}
-
-// realEngine loads the real stories260K model and starts an engine on it.
-func realEngine(t testing.TB, opt Options) (*Engine, *model.Model) {
+func realEngine(t testing.TB, opt engine.Options) (*engine.Engine, *model.Model) {
 	t.Helper()
-	m, err := model.Open("../testdata/models/stories260K.gguf")
-	if err != nil {
-		t.Fatal(err)
-	}
-	th := mlx.NewThread()
-	var s mlx.Stream
-	var w *model.Weights
-	var net model.Network
-	th.Do(func() {
-		s = mlx.DefaultStream()
-		if w, err = m.Upload(s); err != nil {
-			return
-		}
-		net, err = family.Build(m.Config, w)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if opt.KVCapacity == 0 {
-		opt.KVCapacity = 64 << 20
-	}
-	e := New(net, th, s, opt)
-	t.Cleanup(func() {
-		e.Shutdown(context.Background())
-		th.Do(func() {
-			net.Close()
-			w.Free()
-			s.Free()
-		})
-		th.Close()
-		m.Close()
-	})
-	return e, m
+	return enginetest.Start(t, enginetest.Stories(), opt)
 }
+
+var tokenizerNoSpecial = tokenizer.EncodeOptions{}
 
 type outcome struct {
 	tokens []int32
-	last   Event
+	last   engine.Event
 }
 
-func collect(ch <-chan Event) outcome {
+func collect(ch <-chan engine.Event) outcome {
 	var o outcome
-	for ev := range ch {
-		o.tokens = append(o.tokens, ev.Tokens...)
-		o.last = ev
-	}
+	o.tokens, o.last = enginetest.Collect(ch)
 	return o
 }
 
@@ -81,24 +45,24 @@ func prompts(m *model.Model) [][]int32 {
 }
 
 func TestBatchedGreedyEqualsAlone(t *testing.T) {
-	e, m := realEngine(t, Options{Sched: Config{MaxConcurrent: 8}})
+	e, m := realEngine(t, engine.Options{Sched: engine.Config{MaxConcurrent: 8}})
 	ps := prompts(m)
 	const maxTokens = 48
 	alone := make([]outcome, len(ps))
 	for i, p := range ps {
-		ch, err := e.Submit(context.Background(), Generation{ID: RequestID(fmt.Sprint("alone", i)), Prompt: p, MaxTokens: maxTokens, TopLogprobs: -1})
+		ch, err := e.Submit(context.Background(), engine.Generation{ID: engine.RequestID(fmt.Sprint("alone", i)), Prompt: p, MaxTokens: maxTokens, TopLogprobs: -1})
 		if err != nil {
 			t.Fatal(err)
 		}
 		alone[i] = collect(ch)
-		if alone[i].last.Kind != EventFinished {
+		if alone[i].last.Kind != engine.EventFinished {
 			t.Fatalf("prompt %d ended with %+v", i, alone[i].last)
 		}
 	}
 	together := make([]outcome, len(ps))
 	var wg sync.WaitGroup
 	for i, p := range ps {
-		ch, err := e.Submit(context.Background(), Generation{ID: RequestID(fmt.Sprint("batch", i)), Prompt: p, MaxTokens: maxTokens, TopLogprobs: -1})
+		ch, err := e.Submit(context.Background(), engine.Generation{ID: engine.RequestID(fmt.Sprint("batch", i)), Prompt: p, MaxTokens: maxTokens, TopLogprobs: -1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -123,19 +87,19 @@ func TestBatchedGreedyEqualsAlone(t *testing.T) {
 }
 
 func TestCancelReleasesRowAndKV(t *testing.T) {
-	e, m := realEngine(t, Options{})
+	e, m := realEngine(t, engine.Options{})
 	ctx, cancel := context.WithCancel(context.Background())
-	ch, err := e.Submit(ctx, Generation{ID: "c", Prompt: prompts(m)[1], MaxTokens: 10000, TopLogprobs: -1})
+	ch, err := e.Submit(ctx, engine.Generation{ID: "c", Prompt: prompts(m)[1], MaxTokens: 10000, TopLogprobs: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	first := <-ch
-	if first.Kind != EventDelta {
+	if first.Kind != engine.EventDelta {
 		t.Fatalf("first event %+v", first)
 	}
 	cancel()
 	o := collect(ch)
-	if o.last.Kind != EventError || !errors.Is(o.last.Err, context.Canceled) {
+	if o.last.Kind != engine.EventError || !errors.Is(o.last.Err, context.Canceled) {
 		t.Fatalf("last event %+v", o.last)
 	}
 	if st := e.Stats(); st.KVUsed != 0 || st.Running != 0 || st.Waiting != 0 {

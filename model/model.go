@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/goprovider/provider/mlx"
 	"github.com/goprovider/provider/tokenizer"
@@ -48,7 +49,9 @@ func (m *Model) Close() error {
 }
 
 // Name is a short display name: the file or directory base name.
-func (m *Model) Name() string { return filepath.Base(filepath.Clean(m.Path)) }
+func (m *Model) Name() string {
+	return strings.TrimSuffix(filepath.Base(filepath.Clean(m.Path)), ".gguf")
+}
 
 // WeightBytes is the host size of all tensors.
 func (m *Model) WeightBytes() int64 {

@@ -1,6 +1,7 @@
 // Command provider loads LLMs and serves or runs them.
 //
 //	provider generate --model PATH [--prompt TEXT] [--chat] [--max-tokens N] [--temperature T] [--seed S]
+//	provider serve [--model PATH[,PATH...]] [--addr HOST:PORT]
 package main
 
 import (
@@ -13,6 +14,7 @@ const usage = `usage: provider <command> [flags]
 
 commands:
   generate   stream a completion of one prompt to stdout
+  serve      serve models over an OpenAI-compatible HTTP API
 `
 
 func main() {
@@ -24,6 +26,8 @@ func main() {
 	switch os.Args[1] {
 	case "generate":
 		err = runGenerate(os.Args[2:])
+	case "serve":
+		err = runServe(os.Args[2:])
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return

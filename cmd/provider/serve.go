@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/goprovider/provider/engine"
+	"github.com/goprovider/provider/family"
+	"github.com/goprovider/provider/mlx"
+	"github.com/goprovider/provider/model"
+	"github.com/goprovider/provider/server"
+)
+
+// Memory policy of the reference system.
+const (
+	activationReserve = 3 << 30
+	minKVGrant        = 1 << 30
+	drainTimeout      = 10 * time.Second
+)
+
+// loadedModel is one served model and what keeps it alive.
+type loadedModel struct {
+	m   *model.Model
+	th  *mlx.Thread
+	s   mlx.Stream
+	w   *model.Weights
+	net model.Network
+	eng *engine.Engine
+}
+
+func (l *loadedModel) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	defer cancel()
+	if l.eng != nil {
+		l.eng.Shutdown(ctx)
+	}
+	l.th.Do(func() {
+		if l.net != nil {
+			l.net.Close()
+		}
+		if l.w != nil {
+			l.w.Free()
+		}
+		l.s.Free()
+	})
+	l.th.Close()
+	l.m.Close()
+}
+
+func runServe(args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	models := fs.String("model", defaultModel, "comma-separated GGUF files or HF/MLX checkpoint directories")
+	addr := fs.String("addr", "127.0.0.1:8000", "listen address")
+	maxConc := fs.Int("max-concurrent", engine.DefaultMaxConcurrent, "running requests per model (clamped to [1, 8])")
+	kvBytes := fs.Int64("kv-bytes", 0, "KV cache budget in bytes for all models; 0 derives it from physical memory")
+	device := fs.String("device", "auto", "auto, cpu or gpu")
+	if err := fs.Parse(args); err != nil {
+		return usageError{fmt.Sprintf("serve: %v", err)}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("serve: unexpected argument %q", fs.Arg(0))}
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	srv := server.New(server.Options{Architectures: family.Supported(), Logger: log})
+	srv.SetLoading(true)
+
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	httpSrv := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- httpSrv.Serve(ln) }()
+	log.Info("listening", "addr", ln.Addr().String())
+
+	var loaded []*loadedModel
+	defer func() {
+		for _, l := range loaded {
+			l.close()
+		}
+	}()
+	paths := strings.Split(*models, ",")
+	budget := *kvBytes
+	for _, p := range paths {
+		l, err := loadModel(p, *device)
+		if err != nil {
+			httpSrv.Close()
+			return err
+		}
+		loaded = append(loaded, l)
+	}
+	if budget == 0 {
+		var weights int64
+		for _, l := range loaded {
+			weights += l.w.Bytes()
+		}
+		budget = kvBudget(physicalMemory(), weights)
+	}
+	grant := budget / int64(len(loaded))
+	if grant < minKVGrant {
+		httpSrv.Close()
+		return fmt.Errorf("serve: no_kv_headroom: %d bytes of KV per model, need at least %d", grant, int64(minKVGrant))
+	}
+	for _, l := range loaded {
+		l.eng = engine.New(l.net, l.th, l.s, engine.Options{
+			Sched:      engine.Config{MaxConcurrent: engine.ClampConcurrency(*maxConc)},
+			KVCapacity: grant,
+		})
+		err := srv.Register(server.Model{
+			Name:          l.m.Name(),
+			Architecture:  l.m.Config.Arch,
+			Tokenizer:     l.m.Tokenizer,
+			ChatTemplate:  l.m.ChatTemplate,
+			EOS:           l.m.Config.EOS,
+			ContextLength: l.m.Config.ContextLength,
+			Generator:     l.eng,
+		})
+		if err != nil {
+			httpSrv.Close()
+			return err
+		}
+		log.Info("model ready", "model", l.m.Name(), "kv_bytes", grant, "weight_bytes", l.w.Bytes())
+	}
+	srv.SetLoading(false)
+
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	select {
+	case err := <-serveErr:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve: %w", err)
+		}
+	case <-sig:
+		log.Info("shutting down", "drain", drainTimeout.String())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	defer cancel()
+	srv.SetLoading(true)
+	_ = httpSrv.Shutdown(ctx)
+	srv.Close()
+	return nil
+}
+
+func loadModel(path, device string) (*loadedModel, error) {
+	m, err := model.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	l := &loadedModel{m: m, th: mlx.NewThread()}
+	l.th.Do(func() {
+		if l.s, err = stream(device); err != nil {
+			return
+		}
+		if l.w, err = m.Upload(l.s); err != nil {
+			return
+		}
+		l.net, err = family.Build(m.Config, l.w)
+	})
+	if err != nil {
+		l.close()
+		return nil, fmt.Errorf("serve: %s: %w", path, err)
+	}
+	return l, nil
+}
+
+// kvBudget is the KV memory left for all models: the hard cap
+// min(0.9 x physical, physical - 2 GiB) less weights and the activation
+// reserve.
+func kvBudget(physical, weights int64) int64 {
+	hardCap := min(physical*9/10, physical-2<<30)
+	return max(hardCap-weights-activationReserve, 0)
+}
+
+func physicalMemory() int64 {
+	var info syscall.Sysinfo_t
+	if err := syscall.Sysinfo(&info); err != nil {
+		return 0
+	}
+	return int64(info.Totalram) * int64(info.Unit)
+}

