@@ -26,7 +26,7 @@ func realServer(t *testing.T, opt engine.Options) (*harness, *engine.Engine) {
 	h := newHarness(t, Options{Architectures: family.Supported()}, nil)
 	err := h.Register(Model{Name: "stories", Architecture: m.Config.Arch, Tokenizer: m.Tokenizer,
 		ChatTemplate: "{% for m in messages %}{{ m['content'] }}\n{% endfor %}",
-		EOS: m.Config.EOS, ContextLength: m.Config.ContextLength, Generator: e})
+		EOS:          m.Config.EOS, ContextLength: m.Config.ContextLength, Generator: e})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,9 @@ func TestRealConcurrentStreamsEqualAlone(t *testing.T) {
 	results := make([]streamResult, 32)
 	var wg sync.WaitGroup
 	for i := range results {
-		wg.Go(func() { results[i] = streamCompletion(context.Background(), h.http.URL, prompts[i%len(prompts)], maxTokens) })
+		wg.Go(func() {
+			results[i] = streamCompletion(context.Background(), h.http.URL, prompts[i%len(prompts)], maxTokens)
+		})
 	}
 	wg.Wait()
 	for i, r := range results {
