@@ -6,7 +6,9 @@ package main
 
 import (
 	"errors"
+
 	"fmt"
+	"github.com/goprovider/provider/bench"
 	"os"
 )
 
@@ -15,6 +17,7 @@ const usage = `usage: provider <command> [flags]
 commands:
   generate   stream a completion of one prompt to stdout
   serve      serve models over an OpenAI-compatible HTTP API
+  bench      measure OpenAI-compatible servers (ours or a peer) over HTTP
 `
 
 func main() {
@@ -28,6 +31,8 @@ func main() {
 		err = runGenerate(os.Args[2:])
 	case "serve":
 		err = runServe(os.Args[2:])
+	case "bench":
+		os.Exit(bench.Main(os.Args[2:], os.Stdout, os.Stderr))
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return
