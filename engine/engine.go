@@ -19,7 +19,9 @@ type Options struct {
 	Sched Config
 	// KVCapacity is the KV byte grant of this model.
 	KVCapacity int64
-	// StepTimeout fails the rows of a step that took longer (default 30 s).
+	// StepTimeout marks a step as slow (default 30 s). A step that returns
+	// late still counts: its rows made progress. A step that never returns
+	// is the liveness monitor's concern, not the loop's.
 	StepTimeout time.Duration
 	// Lease fails a row that made no admission, prefill or decode progress
 	// for this long (default 120 s).
@@ -74,13 +76,14 @@ type Engine struct {
 	s   mlx.Stream
 	net model.Network
 
-	mu       sync.Mutex
-	sched    *Scheduler
-	rows     map[RequestID]*live
-	arrival  uint64
-	draining bool
-	stopped  bool
-	lastErr  error
+	mu        sync.Mutex
+	sched     *Scheduler
+	rows      map[RequestID]*live
+	arrival   uint64
+	draining  bool
+	stopped   bool
+	lastErr   error
+	slowSteps uint64
 
 	wake chan struct{}
 	quit chan struct{}
@@ -167,6 +170,13 @@ func (e *Engine) Stats() Stats {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.sched.Snapshot()
+}
+
+// SlowSteps counts steps that took longer than Options.StepTimeout.
+func (e *Engine) SlowSteps() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.slowSteps
 }
 
 // Resize changes the KV grant; shrinking never evicts a running row.
@@ -363,8 +373,10 @@ func (e *Engine) tick() bool {
 	logits := f.ToFloat32s(e.net.Forward(f, tokens, caches))
 	f.Free()
 	err := f.Err()
-	if err == nil && e.opt.Clock.Now().Sub(start) > e.opt.StepTimeout {
-		err = ErrStuck
+	if e.opt.Clock.Now().Sub(start) > e.opt.StepTimeout {
+		e.mu.Lock()
+		e.slowSteps++
+		e.mu.Unlock()
 	}
 	var res StepResult
 	vocab := e.net.Config().Vocab
