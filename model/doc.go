@@ -13,7 +13,10 @@
 // Invariants: every tensor is stored under its HF name
 // (model.layers.N.self_attn.q_proj.weight, ...) in row-major [out, in]
 // layout, whatever the source; an architecture without an adapter is an
-// ErrUnsupportedArch, never a guess.
+// ErrUnsupportedArch, never a guess. Some architectures are read from
+// config.json only, to be described (DescribeHF: layer kinds, weight
+// estimate): gpt-oss and Gemma 4. ReadHFConfig returns their Config; Open
+// refuses their weights.
 //
 // model imports mlx, gguf, safetensors, tokenizer and jinja; it never
 // imports an engine, server or family package.

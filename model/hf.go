@@ -49,6 +49,13 @@ func ReadHFConfig(data []byte) (Config, error) {
 	if err := json.Unmarshal(data, &hc); err != nil {
 		return Config{}, fmt.Errorf("%w: config.json: %w", ErrBadConfig, err)
 	}
+	if isGemma3(hc.ModelType) {
+		return gemma3HFConfig(data)
+	}
+	if configOnly(hc.ModelType) {
+		d, err := describeConfigOnly(hc.ModelType, data)
+		return d.cfg, err
+	}
 	return hc.config()
 }
 
@@ -180,9 +187,12 @@ func readHF(dir string) (*Model, error) {
 	if err := json.Unmarshal(raw, &hc); err != nil {
 		return nil, fmt.Errorf("%w: config.json: %w", ErrBadConfig, err)
 	}
-	cfg, err := hc.config()
+	cfg, err := ReadHFConfig(raw)
 	if err != nil {
 		return nil, err
+	}
+	if configOnly(cfg.Arch) {
+		return nil, fmt.Errorf("%w: %s is described from its config only; no adapter loads its weights", ErrUnsupportedArch, cfg.Arch)
 	}
 	m := &Model{Format: "hf", Path: dir}
 	tokJSON, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
@@ -201,6 +211,11 @@ func readHF(dir string) (*Model, error) {
 		cfg.BOS = m.Tokenizer.BOS()
 	}
 	cfg.EOS = mergeIDs(cfg.EOS, m.Tokenizer.EOSSet())
+	check := checkLlamaTensors
+	if cfg.Arch == "gemma3" {
+		cfg.EOS = gemma3EOS(m, cfg.EOS)
+		check = checkGemma3Tensors
+	}
 
 	st, err := safetensors.OpenDir(dir)
 	if err != nil {
@@ -215,11 +230,17 @@ func readHF(dir string) (*Model, error) {
 		m.Close()
 		return nil, err
 	}
+	if cfg.Arch == "gemma3" {
+		if err := m.adaptGemma3HF(); err != nil {
+			m.Close()
+			return nil, err
+		}
+	}
 	if _, ok := m.Tensors["lm_head.weight"]; !ok {
 		cfg.TiedEmbedding = true
 	}
 	m.Config = cfg
-	if err := checkLlamaTensors(m); err != nil {
+	if err := check(m); err != nil {
 		m.Close()
 		return nil, err
 	}

@@ -2,6 +2,7 @@
 //
 //	provider generate --model PATH [--prompt TEXT] [--chat] [--max-tokens N] [--temperature T] [--seed S]
 //	provider serve [--model PATH[,PATH...]] [--addr HOST:PORT]
+//	provider info --model PATH|CONFIG.json [--tokens N]
 package main
 
 import (
@@ -18,6 +19,7 @@ commands:
   generate   stream a completion of one prompt to stdout
   serve      serve models over an OpenAI-compatible HTTP API
   bench      measure OpenAI-compatible servers (ours or a peer) over HTTP
+  info       describe a model (layer kinds, KV bytes, weights) as JSON, from its config alone if need be
 `
 
 func main() {
@@ -33,6 +35,8 @@ func main() {
 		err = runServe(os.Args[2:])
 	case "bench":
 		os.Exit(bench.Main(os.Args[2:], os.Stdout, os.Stderr))
+	case "info":
+		err = runInfo(os.Args[2:], os.Stdout)
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return
