@@ -11,6 +11,7 @@ GO_TEST_FLAGS ?=
 .PHONY: setup build test serve chat lint clean bench-cpu
 
 setup: $(DEPS)/mlx/.ok $(DEPS)/smollm2/.ok $(DEPS)/npm/.ok $(DEPS)/py-openai/.ok
+	bash scripts/setup_gemma3.sh > /dev/null
 	go mod download
 
 $(DEPS)/mlx/.ok:

@@ -7,11 +7,12 @@ import (
 	"fmt"
 
 	"github.com/goprovider/provider/model"
+	"github.com/goprovider/provider/model/gemma3"
 	"github.com/goprovider/provider/model/llama"
 )
 
 // Supported lists the architectures with an adapter.
-func Supported() []string { return []string{"llama"} }
+func Supported() []string { return []string{"gemma3", "llama"} }
 
 // Build binds an architecture's forward pass to uploaded weights. It runs
 // on the MLX thread.
@@ -19,6 +20,8 @@ func Build(cfg model.Config, w *model.Weights) (model.Network, error) {
 	switch cfg.Arch {
 	case "llama":
 		return llama.New(cfg, w)
+	case "gemma3":
+		return gemma3.New(cfg, w)
 	default:
 		return nil, fmt.Errorf("%w: %q", model.ErrUnsupportedArch, cfg.Arch)
 	}

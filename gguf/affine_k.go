@@ -103,7 +103,7 @@ func kQuantGroups(t TensorType, blk []byte, words []uint32, scales, biases []flo
 	for g := 0; g < 8; g++ {
 		sc, m := scaleMinK4(g, table)
 		scales[g] = float32(d * float32(sc))
-		biases[g] = -float32(dmin*float32(m))
+		biases[g] = -float32(dmin * float32(m))
 	}
 	for c := 0; c < 4; c++ {
 		q := qs[32*c : 32*c+32]

@@ -28,5 +28,8 @@
 // arithmetic is written so the compiler cannot fuse multiply-adds, because a
 // fused operation rounds once instead of twice and would change results.
 // ToAffine re-expresses the block formats that have an exact equivalent in
-// MLX's affine quantization (Q4_0, Q4_1, Q8_0) without any loss.
+// MLX's affine quantization with binary16 group parameters (Q4_0, Q4_1,
+// Q8_0) without any loss; ToAffineF32 does the same with float32 group
+// parameters for Q4_K, Q5_K and Q5_0 (a K-quant sub-block scale d*sc needs
+// 17 significant bits).
 package gguf

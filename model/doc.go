@@ -5,7 +5,8 @@
 //
 // Loading happens in two halves. Parsing (Open) is pure Go and produces host
 // tensors: dense little-endian data, or MLX affine-quantized triples where
-// the source quantization maps exactly (GGUF Q4_0, Q4_1, Q8_0; MLX 4/8-bit).
+// the source quantization maps exactly (GGUF Q4_0, Q4_1, Q8_0 with binary16
+// group parameters; Q4_K, Q5_K, Q5_0 with float32 ones; MLX 4/8-bit).
 // Upload copies them into MLX arrays and must run on the MLX thread.
 // Other GGUF quantizations are dequantized on the host; nothing is
 // re-quantized behind the user's back.

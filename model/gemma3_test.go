@@ -278,11 +278,11 @@ func TestGemma3HFNames(t *testing.T) {
 	}
 	m := &Model{Tensors: map[string]*Tensor{
 		"language_model.model.layers.0.input_layernorm.weight": {Shape: []int{1}, DType: mlx.BFloat16, Data: bf16(-0.5)},
-		"model.language_model.norm.weight":                      {Shape: []int{1}, DType: mlx.Float16, Data: []byte{0x00, 0x38}}, // 0.5
-		"model.layers.1.self_attn.q_norm.weight":                {Shape: []int{1}, DType: mlx.Float32, Data: float32Bytes([]float32{0.25})},
-		"language_model.model.embed_tokens.weight":              {Shape: []int{1, 1}, DType: mlx.Float32, Data: float32Bytes([]float32{3})},
-		"vision_tower.vision_model.post_layernorm.weight":       {Shape: []int{1}, DType: mlx.Float32, Data: float32Bytes([]float32{1})},
-		"multi_modal_projector.mm_input_projection_weight":      {Shape: []int{1, 1}, DType: mlx.Float32, Data: float32Bytes([]float32{1})},
+		"model.language_model.norm.weight":                     {Shape: []int{1}, DType: mlx.Float16, Data: []byte{0x00, 0x38}}, // 0.5
+		"model.layers.1.self_attn.q_norm.weight":               {Shape: []int{1}, DType: mlx.Float32, Data: float32Bytes([]float32{0.25})},
+		"language_model.model.embed_tokens.weight":             {Shape: []int{1, 1}, DType: mlx.Float32, Data: float32Bytes([]float32{3})},
+		"vision_tower.vision_model.post_layernorm.weight":      {Shape: []int{1}, DType: mlx.Float32, Data: float32Bytes([]float32{1})},
+		"multi_modal_projector.mm_input_projection_weight":     {Shape: []int{1, 1}, DType: mlx.Float32, Data: float32Bytes([]float32{1})},
 	}}
 	if err := m.adaptGemma3HF(); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,146 @@
+package gemma3
+
+import (
+	"os"
+	"sync"
+	"testing"
+
+	"github.com/goprovider/provider/mlx"
+	"github.com/goprovider/provider/model"
+)
+
+// gemmaPath is where scripts/setup_gemma3.sh (run by make setup) puts the
+// Gemma 3 270M Q4_K_M GGUF.
+const gemmaPath = "../../.deps/gemma3/gemma-3-270m-q4_k_m.gguf"
+
+// numerics selects how closely the forward pass follows llama.cpp's CPU
+// kernels: quantized activations into ggml-quantized matmuls (set when the
+// weights upload), and the binary16-table GELU (set on the network).
+type numerics struct {
+	quantizedActivations bool
+	geluTable            bool
+}
+
+// uploaded is the checkpoint on a running MLX thread. Uploads are shared by
+// the tests of the package (one per activation setting) and released by
+// TestMain; networks over them are cheap to build.
+type uploaded struct {
+	m  *model.Model
+	th *mlx.Thread
+	s  mlx.Stream
+	w  *model.Weights
+}
+
+var (
+	uploadsMu sync.Mutex
+	uploads   = map[bool]*uploaded{}
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	for _, u := range uploads {
+		u.th.Do(func() {
+			u.w.Free()
+			u.s.Free()
+		})
+		u.th.Close()
+		u.m.Close()
+	}
+	os.Exit(code)
+}
+
+// upload opens and uploads the real checkpoint once per activation
+// setting; a missing file is a setup error, never a skip.
+func upload(tb testing.TB, quantizedActivations bool) *uploaded {
+	tb.Helper()
+	uploadsMu.Lock()
+	defer uploadsMu.Unlock()
+	if u := uploads[quantizedActivations]; u != nil {
+		return u
+	}
+	if _, err := os.Stat(gemmaPath); err != nil {
+		tb.Fatalf("%s is missing: run make setup (%v)", gemmaPath, err)
+	}
+	m, err := model.Open(gemmaPath)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	m.Config.ReferenceNumerics = quantizedActivations
+	u := &uploaded{m: m, th: mlx.NewThread()}
+	u.th.Do(func() {
+		u.s = mlx.DefaultStream()
+		u.w, err = m.Upload(u.s)
+	})
+	if err != nil {
+		u.th.Do(u.s.Free)
+		u.th.Close()
+		m.Close()
+		tb.Fatal(err)
+	}
+	uploads[quantizedActivations] = u
+	return u
+}
+
+// loaded is a network over shared uploaded weights.
+type loaded struct {
+	*uploaded
+	cfg model.Config
+	net *Model
+}
+
+// load builds a network with the given numerics; adjust, when non-nil,
+// edits its config first (the weights stay the checkpoint's).
+func load(tb testing.TB, num numerics, adjust func(*model.Config)) *loaded {
+	tb.Helper()
+	u := upload(tb, num.quantizedActivations)
+	cfg := u.m.Config
+	cfg.Kinds = append([]model.LayerKind(nil), cfg.Kinds...)
+	cfg.ReferenceNumerics = num.geluTable
+	if adjust != nil {
+		adjust(&cfg)
+	}
+	net, err := New(cfg, u.w)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return &loaded{uploaded: u, cfg: cfg, net: net}
+}
+
+// withWindow sets every sliding layer's window to w.
+func withWindow(w int) func(*model.Config) {
+	return func(c *model.Config) {
+		for i := range c.Kinds {
+			if c.Kinds[i].Window > 0 {
+				c.Kinds[i].Window = w
+			}
+		}
+	}
+}
+
+// step runs one Forward of several rows and returns their logits, row-major.
+func (l *loaded) step(tb testing.TB, rows [][]int32, caches []*Cache) []float32 {
+	tb.Helper()
+	var out []float32
+	var err error
+	l.th.Do(func() {
+		f := mlx.NewFrame(l.s)
+		defer f.Free()
+		gen := make([]model.Cache, len(caches))
+		for i, c := range caches {
+			gen[i] = c
+		}
+		out = f.ToFloat32s(l.net.Forward(f, rows, gen))
+		err = f.Err()
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return out
+}
+
+// newCache returns an empty cache released when the test ends.
+func (l *loaded) newCache(tb testing.TB) *Cache {
+	c := l.net.newCache()
+	tb.Cleanup(func() { l.th.Do(c.Free) })
+	return c
+}
