@@ -75,17 +75,28 @@ func readF32(t *testing.T, path string) []float32 {
 // refCase is one model's reference and the tolerance its numerics allow.
 type refCase struct {
 	name, path, dir string
-	// logitTol bounds |ours - llama.cpp| per logit. stories260K is F32 in
-	// both implementations (float rounding only). SmolLM2's Q4_1 and Q8_0
-	// matmuls in llama.cpp quantize activations to 8 bits; the model runs
-	// with ReferenceNumerics, which does the same.
+	// logitTol bounds |ours - llama.cpp| per logit.
 	logitTol float64
-	reference bool
+	// tokenizationOnly marks a reference whose logits no float
+	// implementation can follow: only its prompt tokens are compared.
+	tokenizationOnly bool
 }
 
+// The references, all from llama.cpp on the CPU:
+//   - stories260K is F32 in both implementations: float rounding only.
+//   - smollm2_f32 is llama.cpp running the SmolLM2 Q4_1 weights dequantized
+//     to F32 (the same values our affine-quantized weights hold). Differences
+//     are float summation order.
+//   - smollm2 is llama.cpp running the Q4_1 file itself. Its CPU kernels
+//     quantize every activation vector to 8 bits before the dot products,
+//     and that rounding is chaotic: moving an activation by one part in 1e7
+//     moves logits by up to 1.0 (testdata/ref/README.md). No implementation
+//     with float activations, ours included, can follow it token for token,
+//     so only its tokenization is checked here.
 var refCases = []refCase{
 	{"stories260K", storiesPath, "../../testdata/ref/stories260K", 1e-4, false},
-	{"SmolLM2", smolPath, "../../testdata/ref/smollm2", 1.5, false},
+	{"SmolLM2", smolPath, "../../testdata/ref/smollm2_f32", 2e-3, false},
+	{"SmolLM2-Q4_1-tokens", smolPath, "../../testdata/ref/smollm2", 0, true},
 }
 
 // stepRun feeds tokens one step at a time and returns each step's logits.
@@ -127,7 +138,7 @@ func TestMatchesLlamaCpp(t *testing.T) {
 	for _, rc := range refCases {
 		t.Run(rc.name, func(t *testing.T) {
 			fx := readFixture(t, rc.dir)
-			l := loadWith(t, rc.path, func(c *model.Config) { c.ReferenceNumerics = rc.reference })
+			l := load(t, rc.path)
 			if fx.Model.NVocab != l.m.Config.Vocab {
 				t.Fatalf("fixture vocab %d, model %d", fx.Model.NVocab, l.m.Config.Vocab)
 			}
@@ -150,6 +161,9 @@ func checkPrompt(t *testing.T, rc refCase, l *loaded, p refPrompt) {
 	}
 	if fmt.Sprint(ids) != fmt.Sprint(p.PromptTokens) {
 		t.Errorf("tokenization of %q:\n ours %v\n llama.cpp %v", p.Prompt, ids, p.PromptTokens)
+	}
+	if rc.tokenizationOnly {
+		return
 	}
 	vocab := l.m.Config.Vocab
 
@@ -219,6 +233,9 @@ func checkPrompt(t *testing.T, rc refCase, l *loaded, p refPrompt) {
 // position, computed in one prefill, with llama.cpp's.
 func TestPrefillLogitsEveryPosition(t *testing.T) {
 	for _, rc := range refCases {
+		if rc.tokenizationOnly {
+			continue
+		}
 		t.Run(rc.name, func(t *testing.T) {
 			raw, err := os.ReadFile(filepath.Join(rc.dir, "prefill_logits.json"))
 			if err != nil {
@@ -232,7 +249,7 @@ func TestPrefillLogitsEveryPosition(t *testing.T) {
 				t.Fatal(err)
 			}
 			ref := readF32(t, filepath.Join(rc.dir, "prefill_logits.f32"))
-			l := loadWith(t, rc.path, func(c *model.Config) { c.ReferenceNumerics = rc.reference })
+			l := load(t, rc.path)
 			vocab := l.m.Config.Vocab
 			if len(meta.Shape) != 2 || meta.Shape[1] != vocab || len(ref) != meta.Shape[0]*vocab {
 				t.Fatalf("fixture shape %v, %d values", meta.Shape, len(ref))
