@@ -166,6 +166,15 @@ int mlx_fast_rope(mlx_array* res, const mlx_array x, int dims, bool traditional,
 int mlx_fast_rope_dynamic(mlx_array* res, const mlx_array x, int dims, bool traditional, mlx_optional_float base, float scale, const mlx_array offset, const mlx_array freqs, const mlx_stream s);
 int mlx_fast_scaled_dot_product_attention(mlx_array* res, const mlx_array queries, const mlx_array keys, const mlx_array values, float scale, const char* mask_mode, const mlx_array mask_arr, const mlx_array sinks, const mlx_stream s);
 
+/* extension (refnum.cpp): ops evaluated on the CPU exactly as ggml's CPU
+ * backend (x86-64 AVX2+FMA) evaluates them; float32 results */
+enum { MLX_REF_F32 = 0, MLX_REF_Q4_1 = 1, MLX_REF_Q8_0 = 2 };
+int mlx_ref_linear(mlx_array* res, const mlx_array x, const mlx_array w, const mlx_array scales, const mlx_array biases, int kind);
+int mlx_ref_rms_norm(mlx_array* res, const mlx_array x, const mlx_array weight, float eps);
+int mlx_ref_rope(mlx_array* res, const mlx_array x, int dims, bool traditional, float base, float scale, const mlx_array offsets);
+int mlx_ref_attention(mlx_array* res, const mlx_array q, const mlx_array k, const mlx_array v, float scale, bool batched);
+int mlx_ref_swiglu(mlx_array* res, const mlx_array gate, const mlx_array up);
+
 /* random */
 int mlx_random_key(mlx_array* res, uint64_t seed);
 int mlx_random_categorical(mlx_array* res, const mlx_array logits, int axis, const mlx_array key, const mlx_stream s);

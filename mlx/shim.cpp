@@ -124,6 +124,12 @@ const T* data_ptr(const mlx_array a) {
 
 } // namespace
 
+// provider_mlx_fail lets the other C++ files of the package report errors
+// through the same handler.
+int provider_mlx_fail(const char* msg) {
+  return fail(msg);
+}
+
 extern "C" {
 
 void mlx_set_error_handler(mlx_error_handler_func handler, void* data, void (*dtor)(void*)) {

@@ -54,10 +54,15 @@ type Config struct {
 	// outputs comparable with reference implementations.
 	ActDType mlx.Dtype
 	Kinds    []LayerKind
-	// ReferenceNumerics makes matmuls with llama.cpp-quantized weights
-	// quantize their input activations to 8-bit blocks first, as
-	// llama.cpp's CPU kernels do, so outputs can be compared with llama.cpp
-	// token for token. Off by default: float activations are more exact.
+	// ReferenceNumerics makes the forward pass compute as llama.cpp's CPU
+	// backend does, so outputs can be compared with llama.cpp token for
+	// token. Matmuls with Q4_1, Q8_0 and F32 weights, and in the llama
+	// family RMSNorm, RoPE, attention and SwiGLU, run as the mlx Ref ops:
+	// ggml's x86 AVX2 kernels copied rounding for rounding, on the CPU, in
+	// float32, slowly; a single sequence then reproduces llama.cpp's logits
+	// bit for bit. Matmuls with other ggml-quantized weights only quantize
+	// their input activations to 8-bit blocks first, as llama.cpp does. Off
+	// by default: float activations are more exact.
 	ReferenceNumerics bool
 	// LocalRoPE, when its Dims is non-zero, is the rotary embedding of the
 	// sliding-window layers (Kinds[i].Window > 0); RoPE then serves the

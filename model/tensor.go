@@ -82,9 +82,16 @@ type Weight struct {
 	W, Scales, Biases mlx.Array
 	Bits, GroupSize   int
 	Mode              string
+	// Ref makes Linear compute as llama.cpp's CPU matmul does, bit for bit
+	// (mlx.Frame.RefLinear with RefKind): for ggml Q4_1, Q8_0 and F32 weights
+	// under Config.ReferenceNumerics.
+	Ref     bool
+	RefKind mlx.RefKind
 	// ActBlock > 0 quantizes the activations entering Linear to signed 8-bit
-	// blocks of that size first, as llama.cpp's CPU kernels do for ggml
-	// quantized weights (see Config.ReferenceNumerics).
+	// blocks of that size first, as llama.cpp's CPU kernels do for the other
+	// ggml quantized weights (see Config.ReferenceNumerics). This only
+	// approximates llama.cpp: its block sums and their order are not
+	// reproduced.
 	ActBlock int
 	// ActScaleHalf rounds each block's scale to float16, as Q8_0 and Q8_1
 	// activation blocks store it (Q8_K keeps float32).
@@ -114,6 +121,9 @@ func (w *Weight) Bytes() int {
 
 // Linear computes x @ W.T.
 func (w *Weight) Linear(f *mlx.Frame, x mlx.Array) mlx.Array {
+	if w.Ref {
+		return f.RefLinear(x, w.W, w.Scales, w.Biases, w.RefKind)
+	}
 	if w.ActBlock > 0 {
 		x = quantizeActivations(f, x, w.ActBlock, w.ActScaleHalf)
 	}
@@ -124,8 +134,9 @@ func (w *Weight) Linear(f *mlx.Frame, x mlx.Array) mlx.Array {
 }
 
 // quantizeActivations rounds x the way llama.cpp's quantize_row_q8_*
-// does: per block of the last axis, d = max|x|/127, q = round(x/d), and the
-// matmul then sees q*d (d rounded to float16 when halfScale).
+// does: per block of the last axis, amax = max|x|, q = round(x*(127/amax)),
+// d = amax/127, and the matmul then sees q*d (d rounded to float16 when
+// halfScale).
 func quantizeActivations(f *mlx.Frame, x mlx.Array, block int, halfScale bool) mlx.Array {
 	shape := x.Shape()
 	if len(shape) == 0 || shape[len(shape)-1]%block != 0 {
@@ -134,9 +145,10 @@ func quantizeActivations(f *mlx.Frame, x mlx.Array, block int, halfScale bool) m
 	}
 	blocked := append(append([]int{}, shape[:len(shape)-1]...), shape[len(shape)-1]/block, block)
 	xr := f.Reshape(x, blocked...)
-	d := f.Divide(f.Max(f.Abs(xr), -1, true), f.Scalar(127))
+	amax := f.Max(f.Abs(xr), -1, true)
+	d := f.Divide(amax, f.Scalar(127))
 	zero := f.Scalar(0)
-	inv := f.Where(f.Greater(d, zero), f.Divide(f.Scalar(1), d), zero)
+	inv := f.Where(f.Greater(amax, zero), f.Divide(f.Scalar(127), amax), zero)
 	q := f.Round(f.Multiply(xr, inv), 0)
 	if halfScale {
 		d = f.AsType(f.AsType(d, mlx.Float16), mlx.Float32)
@@ -165,10 +177,18 @@ func upload(s mlx.Stream, t *Tensor, act mlx.Dtype, reference bool) (*Weight, er
 	if err != nil || !reference {
 		return w, err
 	}
-	switch t.GGMLType {
-	case "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0":
+	switch {
+	case t.GGMLType == "Q4_1" && w.Quantized() && w.Bits == 4 && w.GroupSize == 32:
+		w.Ref, w.RefKind = true, mlx.RefQ4_1
+	case t.GGMLType == "Q8_0" && w.Quantized() && w.Bits == 8 && w.GroupSize == 32:
+		w.Ref, w.RefKind = true, mlx.RefQ8_0
+	case t.GGMLType == "" && t.DType == mlx.Float32 && len(t.Shape) == 2:
+		w.Ref, w.RefKind = true, mlx.RefF32
+	case t.GGMLType == "Q4_0" || t.GGMLType == "Q4_1" || t.GGMLType == "Q5_0" || t.GGMLType == "Q5_1" || t.GGMLType == "Q8_0":
+		// Q4_0 is repacked by llama.cpp's CPU backend on AVX2 (other kernels,
+		// other rounding); these are approximations.
 		w.ActBlock, w.ActScaleHalf = 32, true
-	case "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K":
+	case t.GGMLType == "Q2_K" || t.GGMLType == "Q3_K" || t.GGMLType == "Q4_K" || t.GGMLType == "Q5_K" || t.GGMLType == "Q6_K":
 		w.ActBlock = 256
 	}
 	return w, nil

@@ -9,6 +9,12 @@
 // result does not depend on which other rows share the step. Rows that
 // prefill run as their own batch of one.
 //
+// With Config.ReferenceNumerics every op of a single sequence's forward pass
+// follows llama.cpp's CPU backend exactly (mlx.Frame.RefLinear and the other
+// Ref ops), except RoPE with explicit per-pair periods, which stays MLX's.
+// Several sequences in one step are not reproduced exactly: llama.cpp lays
+// them out in one shared cache.
+//
 // Invariants: a Cache only grows by the tokens Forward appended; its arrays
 // are owned by the Cache and released by Free; all calls run on the MLX
 // thread.

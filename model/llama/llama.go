@@ -27,6 +27,8 @@ type Model struct {
 	layers []layer
 	freqs  mlx.Array
 	scale  float32
+	// refScale is llama.cpp's 1.0f/sqrtf(headDim), in float32 arithmetic.
+	refScale float32
 }
 
 // New binds the forward pass to uploaded weights.
@@ -42,6 +44,8 @@ func New(cfg model.Config, w *model.Weights) (*Model, error) {
 		return x, nil
 	}
 	m := &Model{cfg: cfg, scale: float32(1 / math.Sqrt(float64(cfg.HeadDim)))}
+	one := float32(1)
+	m.refScale = one / float32(math.Sqrt(float64(cfg.HeadDim)))
 	var err error
 	if m.embed, err = get("model.embed_tokens.weight"); err != nil {
 		return nil, err
@@ -201,20 +205,31 @@ func (m *Model) forward(f *mlx.Frame, tokens [][]int32, caches []*Cache) mlx.Arr
 	x := f.AsType(m.embed.Embed(f, ids), c.ActDType)
 	for li := range m.layers {
 		l := &m.layers[li]
-		h := f.RMSNorm(x, l.attnNorm.W, c.NormEps)
+		h := m.rmsNorm(f, x, l.attnNorm)
 		x = f.Add(x, m.attention(f, l, li, h, caches, offsets, offs))
-		h = f.RMSNorm(x, l.mlpNorm.W, c.NormEps)
+		if c.ReferenceNumerics && T > 1 && li == len(m.layers)-1 {
+			// llama.cpp drops the rows it does not output before the last
+			// feed-forward, whose F32 matmuls then sum in single-row order.
+			x = f.Slice(x, []int{0, T - 1, 0}, []int{B, T, c.Hidden})
+		}
+		h = m.rmsNorm(f, x, l.mlpNorm)
 		g := l.gate.Linear(f, h)
 		u := l.up.Linear(f, h)
-		x = f.Add(x, l.down.Linear(f, f.Multiply(f.SiLU(g), u)))
+		var act mlx.Array
+		if c.ReferenceNumerics {
+			act = f.RefSwiGLU(g, u)
+		} else {
+			act = f.Multiply(f.SiLU(g), u)
+		}
+		x = f.Add(x, l.down.Linear(f, act))
 	}
 	for _, cc := range caches {
 		cc.n += T
 	}
-	if T > 1 {
+	if T > 1 && !c.ReferenceNumerics {
 		x = f.Slice(x, []int{0, T - 1, 0}, []int{B, T, c.Hidden})
 	}
-	x = f.RMSNorm(x, m.norm.W, c.NormEps)
+	x = m.rmsNorm(f, x, m.norm)
 	logits := m.lmHead.Linear(f, x)
 	return f.AsType(f.Reshape(logits, B, c.Vocab), mlx.Float32)
 }
@@ -228,10 +243,19 @@ func (m *Model) attention(f *mlx.Frame, l *layer, li int, h mlx.Array, caches []
 	}
 	q, k, v := heads(l.q, c.Heads), heads(l.k, c.KVHeads), heads(l.v, c.KVHeads)
 	r := c.RoPE
-	if B == 1 {
+	ref := c.ReferenceNumerics
+	switch {
+	case ref && r.Freqs == nil:
+		pos := offs
+		if B == 1 {
+			pos = f.Int32s(offsets, 1)
+		}
+		q = f.RefRoPE(q, r.Dims, r.Traditional, r.Base, r.Scale, pos)
+		k = f.RefRoPE(k, r.Dims, r.Traditional, r.Base, r.Scale, pos)
+	case B == 1:
 		q = f.RoPE(q, r.Dims, r.Traditional, r.Base, r.Scale, int(offsets[0]), m.freqs)
 		k = f.RoPE(k, r.Dims, r.Traditional, r.Base, r.Scale, int(offsets[0]), m.freqs)
-	} else {
+	default:
 		q = f.RoPEOffsets(q, r.Dims, r.Traditional, r.Base, r.Scale, offs, m.freqs)
 		k = f.RoPEOffsets(k, r.Dims, r.Traditional, r.Base, r.Scale, offs, m.freqs)
 	}
@@ -248,7 +272,12 @@ func (m *Model) attention(f *mlx.Frame, l *layer, li int, h mlx.Array, caches []
 			vi = f.Slice(v, []int{i, 0, 0, 0}, []int{i + 1, c.KVHeads, T, c.HeadDim})
 		}
 		keys, values := cc.append(f, li, ki, vi, T)
-		rows[i] = f.Attention(qi, keys, values, m.scale, mask, mlx.Array{}, mlx.Array{})
+		if ref {
+			// llama.cpp sums differently once a batch holds two tokens.
+			rows[i] = f.RefAttention(qi, keys, values, m.refScale, B*T >= 2)
+		} else {
+			rows[i] = f.Attention(qi, keys, values, m.scale, mask, mlx.Array{}, mlx.Array{})
+		}
 	}
 	o := rows[0]
 	if B > 1 {
@@ -256,6 +285,14 @@ func (m *Model) attention(f *mlx.Frame, l *layer, li int, h mlx.Array, caches []
 	}
 	o = f.Reshape(f.Transpose(o, 0, 2, 1, 3), B, T, c.Heads*c.HeadDim)
 	return l.o.Linear(f, o)
+}
+
+// rmsNorm normalizes the last axis of x and scales it by w.
+func (m *Model) rmsNorm(f *mlx.Frame, x mlx.Array, w *model.Weight) mlx.Array {
+	if m.cfg.ReferenceNumerics {
+		return f.RefRMSNorm(x, w.W, m.cfg.NormEps)
+	}
+	return f.RMSNorm(x, w.W, m.cfg.NormEps)
 }
 
 // reserve grows every layer buffer so that T more tokens fit.
