@@ -64,6 +64,8 @@ type live struct {
 	sampler  *sample.Sampler
 	progress time.Time // last admission, prefill or decode progress
 	done     bool
+	// unwatch stops the wake-up on ctx's cancellation once the row ends.
+	unwatch func() bool
 }
 
 // Engine runs one model's continuous batching loop on its MLX thread.
@@ -151,14 +153,8 @@ func (e *Engine) Submit(ctx context.Context, g Generation) (<-chan Event, error)
 		return nil, err
 	}
 	e.rows[g.ID] = l
+	l.unwatch = context.AfterFunc(ctx, e.poke)
 	e.poke()
-	go func() {
-		select {
-		case <-ctx.Done():
-			e.poke()
-		case <-e.done:
-		}
-	}()
 	return l.events, nil
 }
 
@@ -272,6 +268,9 @@ func (e *Engine) end(l *live, ev Event) {
 		return
 	}
 	l.done = true
+	if l.unwatch != nil {
+		l.unwatch()
+	}
 	if l.cache != nil {
 		l.cache.Free()
 		l.cache = nil
