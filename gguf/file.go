@@ -3,8 +3,9 @@ package gguf
 import (
 	"errors"
 	"fmt"
-	"os"
 	"sort"
+
+	"github.com/goprovider/provider/internal/mmapfile"
 )
 
 // Sentinel errors; returned errors wrap one of them with the key, tensor or
@@ -60,7 +61,7 @@ type File struct {
 
 // Open maps the file read-only and parses it.
 func Open(path string) (*File, error) {
-	data, release, err := mapFile(path)
+	data, release, err := mmapfile.Map(path)
 	if err != nil {
 		return nil, fmt.Errorf("gguf: open %s: %w", path, err)
 	}
@@ -330,28 +331,4 @@ func (f *File) checkTensors() error {
 		}
 	}
 	return nil
-}
-
-// mapFile maps path read-only; see mmap_*.go.
-func mapFile(path string) ([]byte, func() error, error) {
-	fh, err := os.Open(path)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer fh.Close()
-	st, err := fh.Stat()
-	if err != nil {
-		return nil, nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, nil, fmt.Errorf("not a regular file")
-	}
-	size := st.Size()
-	if size == 0 {
-		return nil, nil, nil // nothing to map; Parse reports truncation
-	}
-	if int64(int(size)) != size {
-		return nil, nil, fmt.Errorf("file of %d bytes does not fit in memory", size)
-	}
-	return mmap(fh, int(size))
 }

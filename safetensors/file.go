@@ -9,9 +9,10 @@ import (
 	"io"
 	"math"
 	"math/bits"
-	"os"
 	"sort"
 	"unicode/utf8"
+
+	"github.com/goprovider/provider/internal/mmapfile"
 )
 
 // Sentinel errors; returned errors wrap one of them with the tensor, key or
@@ -76,7 +77,7 @@ type File struct {
 
 // Open maps the file read-only and parses it.
 func Open(path string) (*File, error) {
-	data, release, err := mapFile(path)
+	data, release, err := mmapfile.Map(path)
 	if err != nil {
 		return nil, fmt.Errorf("safetensors: open %s: %w", path, err)
 	}
@@ -387,28 +388,4 @@ func (f *File) checkLayout(size int64) error {
 		return fmt.Errorf("%w: %d bytes after the last tensor", ErrLayout, size-at)
 	}
 	return nil
-}
-
-// mapFile maps path read-only.
-func mapFile(path string) ([]byte, func() error, error) {
-	fh, err := os.Open(path)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer fh.Close()
-	st, err := fh.Stat()
-	if err != nil {
-		return nil, nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, nil, errors.New("not a regular file")
-	}
-	size := st.Size()
-	if size == 0 {
-		return nil, nil, nil // nothing to map; Parse reports truncation
-	}
-	if int64(int(size)) != size {
-		return nil, nil, fmt.Errorf("file of %d bytes does not fit in memory", size)
-	}
-	return mmap(fh, int(size))
 }
