@@ -149,37 +149,9 @@ func (m *Model) Forward(f *mlx.Frame, tokens [][]int32, generic []model.Cache) m
 		}
 		caches[i] = c
 	}
-	var decode []int
-	out := make([]mlx.Array, len(tokens))
-	for i, t := range tokens {
-		switch {
-		case len(t) == 0:
-			f.Fail(fmt.Errorf("gemma3: row %d has no tokens", i))
-			return mlx.Array{}
-		case len(t) == 1:
-			decode = append(decode, i)
-		default:
-			out[i] = m.forward(f, [][]int32{t}, []*Cache{caches[i]})
-		}
-	}
-	if len(decode) > 0 {
-		rows := make([][]int32, len(decode))
-		cs := make([]*Cache, len(decode))
-		for j, i := range decode {
-			rows[j], cs[j] = tokens[i], caches[i]
-		}
-		logits := m.forward(f, rows, cs)
-		if len(decode) == len(tokens) {
-			return logits
-		}
-		for j, i := range decode {
-			out[i] = f.Slice(logits, []int{j, 0}, []int{j + 1, m.cfg.Vocab})
-		}
-	}
-	if len(out) == 1 {
-		return out[0]
-	}
-	return f.Concatenate(0, out...)
+	return model.ForwardRows(f, "gemma3", m.cfg.Vocab, tokens, caches, func(t [][]int32, c []*Cache) mlx.Array {
+		return m.forward(f, t, c)
+	})
 }
 
 // forward runs rows that all add the same number of tokens T.
