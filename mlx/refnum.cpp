@@ -47,10 +47,7 @@
 #include <thread>
 #include <vector>
 
-#include "mlx/backend/cpu/encoder.h"
-#include "mlx/mlx.h"
-#include "mlx/primitives.h"
-#include "mlxc.h"
+#include "hostop.h"
 
 #if defined(__clang__)
 #pragma clang fp contract(off)
@@ -59,9 +56,7 @@
 #endif
 
 namespace mx = mlx::core;
-
-// provider_mlx_fail reports through the error handler shim.cpp installs.
-int provider_mlx_fail(const char* msg);
+using provider_host::guard;
 
 namespace {
 
@@ -444,48 +439,10 @@ void swiglu(const float* g, const float* u, size_t rows, int n, float* out) {
 // ---------------------------------------------------------------------------
 // MLX glue
 
-// HostOp is a single-output CPU primitive running fn on the stream's worker
-// once its inputs are ready.
-class HostOp : public mx::UnaryPrimitive {
- public:
-  using Fn = std::function<void(const std::vector<mx::array>&, mx::array&)>;
-
-  HostOp(mx::Stream s, const char* name, Fn fn) : mx::UnaryPrimitive(s), name_(name), fn_(std::move(fn)) {}
-
-  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
-    out.set_data(mx::allocator::malloc(out.nbytes()));
-    auto& enc = mx::cpu::get_command_encoder(stream());
-    for (auto& in : inputs) {
-      enc.set_input_array(in);
-    }
-    enc.set_output_array(out);
-    enc.dispatch([fn = fn_, inputs = inputs, out = out]() mutable { fn(inputs, out); });
-  }
-
-  void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
-    throw std::runtime_error(std::string(name_) + ": CPU only");
-  }
-
-  const char* name() const override {
-    return name_;
-  }
-
- private:
-  const char* name_;
-  Fn fn_;
-};
-
-mx::array& arr(mlx_array a) {
-  return *static_cast<mx::array*>(a.ctx);
-}
-
-void set(mlx_array* res, mx::array v) {
-  if (res->ctx != nullptr) {
-    arr(*res) = std::move(v);
-  } else {
-    res->ctx = new mx::array(std::move(v));
-  }
-}
+using provider_host::arr;
+using provider_host::HostOp;
+using provider_host::rows_of;
+using provider_host::set;
 
 // prep makes an input a row-contiguous array of dtype d on the CPU stream.
 mx::array prep(const mx::array& a, mx::Dtype d, mx::Stream s) {
@@ -498,26 +455,6 @@ mx::array host_op(const char* name, mx::Shape shape, std::vector<mx::array> inpu
     in = prep(in, in.dtype() == mx::uint32 || in.dtype() == mx::int32 ? in.dtype() : mx::float32, s);
   }
   return mx::array(std::move(shape), mx::float32, std::make_shared<HostOp>(s, name, std::move(fn)), std::move(inputs));
-}
-
-size_t rows_of(const mx::array& a) {
-  size_t r = 1;
-  for (int i = 0; i + 1 < a.ndim(); i++) {
-    r *= static_cast<size_t>(a.shape(i));
-  }
-  return r;
-}
-
-template <typename F>
-int guard(F&& f) {
-  try {
-    f();
-    return 0;
-  } catch (const std::exception& e) {
-    return provider_mlx_fail(e.what());
-  } catch (...) {
-    return provider_mlx_fail("mlx: unknown C++ exception");
-  }
 }
 
 }  // namespace

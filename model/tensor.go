@@ -128,6 +128,9 @@ func (w *Weight) Linear(f *mlx.Frame, x mlx.Array) mlx.Array {
 		x = quantizeActivations(f, x, w.ActBlock, w.ActScaleHalf)
 	}
 	if w.Quantized() {
+		if w.Mode == "" || w.Mode == "affine" {
+			return f.AffineLinear(x, w.W, w.Scales, w.Biases, w.GroupSize, w.Bits)
+		}
 		return f.QuantizedMatMul(x, w.W, w.Scales, w.Biases, true, w.GroupSize, w.Bits, w.Mode)
 	}
 	return f.MatMul(x, f.Transpose(w.W, 1, 0))

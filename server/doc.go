@@ -31,7 +31,8 @@
 // # Imports
 //
 // server imports graph, stages, engine (error classes and stats),
-// tokenizer and jinja (the types of a registration); it never imports
+// tokenizer and jinja (the types of a registration), and harmony (the
+// output format of gpt-oss, chosen by architecture); it never imports
 // family, model or mlx itself: the engine reaches it only as a
 // graph.Generator.
 package server

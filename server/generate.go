@@ -27,12 +27,13 @@ type exchange struct {
 	r        *http.Request
 	endpoint stages.Endpoint
 
-	req    *stages.Request
-	t      timing
-	last   time.Time
-	finish string
-	cached int
-	gone   bool // the client went away or stopped accepting writes
+	req       *stages.Request
+	t         timing
+	last      time.Time
+	finish    string
+	cached    int
+	reasoning int
+	gone      bool // the client went away or stopped accepting writes
 }
 
 func (x *exchange) serve() {
@@ -135,10 +136,11 @@ func (x *exchange) collect(deltas <-chan stages.Delta) {
 	x.end(final, false)
 }
 
-// observe times a Delta for the metrics.
+// observe times a Delta for the metrics. Reasoning is output: a model
+// that reasons first streams its first tokens as reasoning.
 func (x *exchange) observe(d stages.Delta) {
 	now := x.s.clk.Now()
-	if d.Text != "" || len(d.Logprobs) > 0 {
+	if d.Text != "" || d.Reasoning != "" || len(d.Logprobs) > 0 {
 		if !x.t.first {
 			x.t.first, x.t.ttft = true, now.Sub(x.req.Received)
 		} else {
@@ -150,7 +152,7 @@ func (x *exchange) observe(d stages.Delta) {
 		x.t.ended, x.t.e2e = true, now.Sub(x.req.Received)
 		x.finish = d.Finish
 		x.t.prompt, x.t.output = d.Usage.PromptTokens, d.Usage.CompletionTokens
-		x.cached = d.Usage.CachedTokens
+		x.cached, x.reasoning = d.Usage.CachedTokens, d.ReasoningTokens
 	}
 }
 
@@ -210,6 +212,7 @@ func (x *exchange) log(status int, o outcome) {
 			slog.Int("prompt_tokens", x.t.prompt),
 			slog.Int("completion_tokens", x.t.output),
 			slog.Int("cached_tokens", x.cached),
+			slog.Int("reasoning_tokens", x.reasoning),
 		)
 		if x.t.first {
 			attrs = append(attrs, slog.Int64("ttft_ms", x.t.ttft.Milliseconds()))

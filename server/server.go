@@ -13,6 +13,7 @@ import (
 	"github.com/benbjohnson/clock"
 
 	"github.com/goprovider/provider/graph"
+	"github.com/goprovider/provider/harmony"
 	"github.com/goprovider/provider/jinja"
 	"github.com/goprovider/provider/stages"
 	"github.com/goprovider/provider/tokenizer"
@@ -44,7 +45,9 @@ type Model struct {
 	Architecture string
 	Tokenizer    *tokenizer.Tokenizer
 	// ChatTemplate is the Jinja chat template source; "" refuses chat
-	// requests for this model (no silent fallback format).
+	// requests for this model (no silent fallback format), except for
+	// gpt-oss, whose format is fixed by the family: it gets the official
+	// template (harmony.ChatTemplate).
 	ChatTemplate string
 	// EOS lists the tokens that end generation.
 	EOS []int32
@@ -121,10 +124,23 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.Serve
 func (s *Server) Close() { s.graph.Close() }
 
 // Register starts serving a model. It refuses architectures without an
-// adapter and chat templates that do not parse.
+// adapter and chat templates that do not parse. A gpt-oss model's chat
+// output goes through harmony's parser (reasoning_content, reasoning
+// tokens); its vocabulary must have harmony's structure tokens.
 func (s *Server) Register(m Model) error {
 	if s.archs != nil && !slices.Contains(s.archs, m.Architecture) {
 		return fmt.Errorf("%w: %q", ErrUnsupportedArchitecture, m.Architecture)
+	}
+	var parser func() stages.OutputParser
+	if m.Architecture == harmony.Architecture {
+		v, err := harmony.NewVocab(m.Tokenizer)
+		if err != nil {
+			return fmt.Errorf("server: register %s: %w", m.Name, err)
+		}
+		parser = v.NewParser
+		if m.ChatTemplate == "" {
+			m.ChatTemplate = harmony.ChatTemplate
+		}
 	}
 	var tmpl *jinja.Template
 	if m.ChatTemplate != "" {
@@ -136,12 +152,13 @@ func (s *Server) Register(m Model) error {
 	}
 	err := s.graph.Register(graph.Model{
 		Model: stages.Model{
-			Name:          m.Name,
-			Architecture:  m.Architecture,
-			Tokenizer:     m.Tokenizer,
-			ChatTemplate:  tmpl,
-			EOS:           slices.Clone(m.EOS),
-			ContextLength: m.ContextLength,
+			Name:            m.Name,
+			Architecture:    m.Architecture,
+			Tokenizer:       m.Tokenizer,
+			ChatTemplate:    tmpl,
+			EOS:             slices.Clone(m.EOS),
+			ContextLength:   m.ContextLength,
+			NewOutputParser: parser,
 		},
 		Generator: m.Generator,
 	})

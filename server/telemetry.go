@@ -22,6 +22,7 @@ var telemetryFields = map[string]bool{
 	"prompt_tokens":     true,
 	"completion_tokens": true,
 	"cached_tokens":     true,
+	"reasoning_tokens":  true,
 	"ttft_ms":           true,
 	"e2e_ms":            true,
 	"disconnected":      true,

@@ -32,14 +32,19 @@ type Logprob struct {
 }
 
 // Delta is one step of a generation as the client sees it. Content
-// deltas carry Text and/or Logprobs; the final delta carries Finish
-// ("stop" or "length") and Usage, or Err.
+// deltas carry Text (message content), Reasoning and/or Logprobs; the
+// final delta carries Finish ("stop" or "length"), Usage and
+// ReasoningTokens, or Err.
 type Delta struct {
-	Text     string
-	Logprobs []Logprob
-	Finish   string
-	Usage    engine.Usage
-	Err      error `msgpack:"-"`
+	Text      string
+	Reasoning string
+	Logprobs  []Logprob
+	Finish    string
+	Usage     engine.Usage
+	// ReasoningTokens counts the completion tokens the model generated as
+	// reasoning (usage.completion_tokens_details.reasoning_tokens).
+	ReasoningTokens int
+	Err             error `msgpack:"-"`
 }
 
 // Final reports whether d ends its stream.
@@ -119,22 +124,27 @@ func (d Detokenizer) Run(ctx context.Context, req *Request, adm *Admitted) <-cha
 	return out
 }
 
-// detok is the deterministic core of the token path.
+// detok is the deterministic core of the token path. Stop strings and
+// logprobs apply to content only: reasoning is released as soon as the
+// parser gives it out, and tokens that produced no content have no
+// logprob entry (as OpenAI reports logprobs of message content).
 type detok struct {
 	tok      *tokenizer.Tokenizer
-	dec      *tokenizer.StreamDecoder
+	parser   OutputParser
 	eos      []int32 // sorted
 	stops    []string
 	logprobs bool
 	prompt   int
 
-	pending  string // decoded text not yet released
-	decoded  int    // bytes decoded so far
-	released int    // bytes released so far
-	chars    int    // characters decoded so far
-	entries  []heldLogprob
-	tokens   int // completion tokens seen
-	done     bool
+	pending   string // decoded content not yet released
+	reasoning string // reasoning not yet released
+	decoded   int    // content bytes decoded so far
+	released  int    // content bytes released so far
+	chars     int    // content characters decoded so far
+	entries   []heldLogprob
+	tokens    int // completion tokens seen
+	reasoned  int // of which reasoning tokens
+	done      bool
 }
 
 // heldLogprob is a logprob entry waiting for the text it produced (which
@@ -150,7 +160,7 @@ func newDetok(req *Request) *detok {
 	slices.Sort(eos)
 	return &detok{
 		tok:      m.Tokenizer,
-		dec:      m.Tokenizer.NewStreamDecoder(),
+		parser:   outputParser(req),
 		eos:      eos,
 		stops:    req.Params.Stop,
 		logprobs: req.Params.Logprobs,
@@ -167,18 +177,26 @@ func (d *detok) feed(ev engine.Event) []Delta {
 				continue
 			}
 			d.tokens++
+			o := d.parser.Add(id)
+			if o.Kind == ReasoningToken {
+				d.reasoned++
+			}
 			var lp *engine.Logprob
-			if d.logprobs && i < len(ev.Logprobs) {
+			if d.logprobs && i < len(ev.Logprobs) && o.Kind == ContentToken {
 				lp = &ev.Logprobs[i]
 			}
-			d.add(d.dec.Add(id), lp)
+			d.add(o, lp)
+			usage := engine.Usage{PromptTokens: d.prompt, CompletionTokens: d.tokens}
 			if at := d.match(); at >= 0 {
-				return d.stop(at, engine.Usage{PromptTokens: d.prompt, CompletionTokens: d.tokens})
+				return d.stop(at, usage)
+			}
+			if o.End {
+				return d.stop(len(d.pending), usage)
 			}
 		}
 		return d.content(len(d.pending) - d.holdback())
 	case engine.EventFinished:
-		d.add(d.dec.Flush(), nil)
+		d.add(d.parser.Flush(), nil)
 		if at := d.match(); at >= 0 {
 			return d.stop(at, ev.Usage)
 		}
@@ -186,7 +204,7 @@ func (d *detok) feed(ev engine.Event) []Delta {
 		d.done = true
 		switch ev.Reason {
 		case engine.FinishStop, engine.FinishLength:
-			return append(out, Delta{Finish: ev.Reason.String(), Usage: ev.Usage})
+			return append(out, Delta{Finish: ev.Reason.String(), Usage: ev.Usage, ReasoningTokens: d.reasoned})
 		}
 		return append(out, Delta{Err: fmt.Errorf("%w: finish reason %v", ErrStreamEnded, ev.Reason)})
 	default:
@@ -199,7 +217,9 @@ func (d *detok) feed(ev engine.Event) []Delta {
 	}
 }
 
-func (d *detok) add(text string, lp *engine.Logprob) {
+func (d *detok) add(o Output, lp *engine.Logprob) {
+	d.reasoning += o.Reasoning
+	text := o.Content
 	if lp != nil {
 		e := Logprob{TokenLogprob: d.tokenLogprob(lp.Token, lp.Logprob), Offset: d.chars}
 		for _, t := range lp.Top {
@@ -259,8 +279,8 @@ func (d *detok) holdback() int {
 }
 
 // content releases the first n bytes of held text with the logprob
-// entries whose text is out; it returns nothing when there is nothing to
-// say.
+// entries whose text is out, and the reasoning so far; it returns nothing
+// when there is nothing to say.
 func (d *detok) content(n int) []Delta {
 	text := d.pending[:n]
 	d.pending = d.pending[n:]
@@ -272,18 +292,21 @@ func (d *detok) content(n int) []Delta {
 		k++
 	}
 	d.entries = d.entries[k:]
-	if text == "" && len(lps) == 0 {
+	reasoning := d.reasoning
+	d.reasoning = ""
+	if text == "" && reasoning == "" && len(lps) == 0 {
 		return nil
 	}
-	return []Delta{{Text: text, Logprobs: lps}}
+	return []Delta{{Text: text, Reasoning: reasoning, Logprobs: lps}}
 }
 
-// stop ends the stream at a stop string starting at byte at of the held
-// text: what precedes it is released, the rest is never delivered.
+// stop ends the stream at byte at of the held text (where a stop string
+// starts, or its end when the parser saw the end): what precedes it is
+// released, the rest is never delivered.
 func (d *detok) stop(at int, usage engine.Usage) []Delta {
 	out := d.content(at)
 	d.pending, d.entries, d.done = "", nil, true
-	return append(out, Delta{Finish: engine.FinishStop.String(), Usage: usage})
+	return append(out, Delta{Finish: engine.FinishStop.String(), Usage: usage, ReasoningTokens: d.reasoned})
 }
 
 // tokenTrace is the recorded input of the token path.
@@ -323,11 +346,13 @@ func (r EventRecord) Event() engine.Event {
 }
 
 type deltaRecord struct {
-	Text     string
-	Logprobs []Logprob
-	Finish   string
-	Usage    engine.Usage
-	Err      string
+	Text            string
+	Reasoning       string
+	Logprobs        []Logprob
+	Finish          string
+	Usage           engine.Usage
+	ReasoningTokens int
+	Err             string
 }
 
 // TokenStage names the token path in records.
@@ -344,7 +369,7 @@ func tokenRecord(req *Request, events []engine.Event, deltas []Delta) Record {
 func encodeDeltas(deltas []Delta) []byte {
 	out := make([]deltaRecord, len(deltas))
 	for i, x := range deltas {
-		out[i] = deltaRecord{Text: x.Text, Logprobs: x.Logprobs, Finish: x.Finish, Usage: x.Usage}
+		out[i] = deltaRecord{Text: x.Text, Reasoning: x.Reasoning, Logprobs: x.Logprobs, Finish: x.Finish, Usage: x.Usage, ReasoningTokens: x.ReasoningTokens}
 		if x.Err != nil {
 			out[i].Err = x.Err.Error()
 		}

@@ -230,3 +230,37 @@ func TestDetokenizerGivesUpOnAGoneReader(t *testing.T) {
 		}
 	})
 }
+
+// reasoningParser is a scripted OutputParser: every token's text is
+// reasoning.
+type reasoningParser struct{ plain OutputParser }
+
+func (p reasoningParser) Add(id int32) Output {
+	o := p.plain.Add(id)
+	return Output{Kind: ReasoningToken, Reasoning: o.Content}
+}
+
+func (p reasoningParser) Flush() Output { return Output{Reasoning: p.plain.Flush().Content} }
+
+// A model's output parser serves chat requests; completions stay raw.
+func TestDetokOutputParser(t *testing.T) {
+	for _, ep := range []Endpoint{Chat, Completion} {
+		req := detokRequest(t, nil, false)
+		m := *req.Model
+		m.NewOutputParser = func() OutputParser { return reasoningParser{plainOutput{dec: m.Tokenizer.NewStreamDecoder()}} }
+		req.Model, req.Input.Endpoint = &m, ep
+		var text, reasoning string
+		out := feedAll(req, oneByOne(story[:4], finished(engine.FinishStop, 4)))
+		for _, d := range out {
+			text += d.Text
+			reasoning += d.Reasoning
+		}
+		last := out[len(out)-1]
+		switch {
+		case ep == Chat && (text != "" || reasoning != "Once upon a time" || last.ReasoningTokens != 4):
+			t.Fatalf("chat: text %q reasoning %q, %d reasoning tokens", text, reasoning, last.ReasoningTokens)
+		case ep == Completion && (text != "Once upon a time" || reasoning != "" || last.ReasoningTokens != 0):
+			t.Fatalf("completion: text %q reasoning %q, %d reasoning tokens", text, reasoning, last.ReasoningTokens)
+		}
+	}
+}

@@ -26,6 +26,13 @@
 // Collector turn Deltas into OpenAI response bytes (SSE chunks or one JSON
 // body). The per-token path never goes through a chan any.
 //
+// A model whose output has structure gives chat generations an
+// OutputParser (Model.NewOutputParser; package harmony for gpt-oss): it
+// owns decoding and splits the text into content and reasoning, marks the
+// reasoning tokens for usage, and may end the generation on a token of its
+// format. Stop strings and logprobs apply to content only; reasoning is
+// delivered as Delta.Reasoning as soon as the parser releases it.
+//
 // # Replay
 //
 // Every stage can be recorded: Run and Detokenizer hand a Recorder the

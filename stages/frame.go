@@ -29,7 +29,8 @@ func ResponseID(req *Request) string {
 
 // Framer turns one request's Deltas into OpenAI SSE events: for chat a
 // first chunk with the assistant role, content chunks (with logprobs
-// content entries when asked), a chunk with the finish reason, a usage
+// content entries when asked; reasoning as delta.reasoning_content, the
+// field vLLM and DeepSeek use), a chunk with the finish reason, a usage
 // chunk with empty choices when stream_options.include_usage is set, and
 // [DONE]. A final Delta with an error yields nothing: the caller reports
 // the error in its own frame.
@@ -72,13 +73,19 @@ func (f *Framer) Frames(d Delta) [][]byte {
 		out = append(out, f.chunk(chatChunkChoice{Delta: chatDelta{Role: "assistant", Content: &empty}}, nil))
 	}
 	f.started = true
-	if d.Text != "" || len(d.Logprobs) > 0 {
-		if f.head.endpoint == Chat {
+	if f.head.endpoint == Chat && (d.Text != "" || d.Reasoning != "" || len(d.Logprobs) > 0) {
+		var delta chatDelta
+		if d.Text != "" || d.Reasoning == "" {
 			text := d.Text
-			out = append(out, f.chunk(chatChunkChoice{Delta: chatDelta{Content: &text}, Logprobs: f.chatLogprobs(d.Logprobs)}, nil))
-		} else {
-			out = append(out, f.chunk(completionChoice{Text: d.Text, Logprobs: f.completionLogprobs(d.Logprobs)}, nil))
+			delta.Content = &text
 		}
+		if d.Reasoning != "" {
+			reasoning := d.Reasoning
+			delta.ReasoningContent = &reasoning
+		}
+		out = append(out, f.chunk(chatChunkChoice{Delta: delta, Logprobs: f.chatLogprobs(d.Logprobs)}, nil))
+	} else if f.head.endpoint == Completion && (d.Text != "" || len(d.Logprobs) > 0) {
+		out = append(out, f.chunk(completionChoice{Text: d.Text, Logprobs: f.completionLogprobs(d.Logprobs)}, nil))
 	}
 	if d.Finish != "" {
 		reason := d.Finish
@@ -88,7 +95,7 @@ func (f *Framer) Frames(d Delta) [][]byte {
 			out = append(out, f.chunk(completionChoice{FinishReason: &reason}, nil))
 		}
 		if f.head.includeUsage {
-			u := usageOf(d.Usage)
+			u := usageOf(d.Usage, d.ReasoningTokens)
 			out = append(out, f.chunk(nil, &u))
 		}
 		out = append(out, Done)
@@ -130,12 +137,14 @@ func (f *Framer) completionLogprobs(lps []Logprob) *completionLogprobs {
 
 // Collector gathers a request's Deltas into one non-streamed response.
 type Collector struct {
-	head   head
-	text   strings.Builder
-	lps    []Logprob
-	finish string
-	usage  engine.Usage
-	err    error
+	head      head
+	text      strings.Builder
+	reasoning strings.Builder
+	lps       []Logprob
+	finish    string
+	usage     engine.Usage
+	reasoned  int
+	err       error
 }
 
 // NewCollector returns the collector of an admitted request.
@@ -144,9 +153,10 @@ func NewCollector(req *Request) *Collector { return &Collector{head: headOf(req)
 // Add takes the next Delta.
 func (c *Collector) Add(d Delta) {
 	c.text.WriteString(d.Text)
+	c.reasoning.WriteString(d.Reasoning)
 	c.lps = append(c.lps, d.Logprobs...)
 	if d.Finish != "" {
-		c.finish, c.usage = d.Finish, d.Usage
+		c.finish, c.usage, c.reasoned = d.Finish, d.Usage, d.ReasoningTokens
 	}
 	if d.Err != nil {
 		c.err = d.Err
@@ -158,7 +168,7 @@ func (c *Collector) Err() error { return c.err }
 
 // JSON encodes the response body.
 func (c *Collector) JSON() []byte {
-	u := usageOf(c.usage)
+	u := usageOf(c.usage, c.reasoned)
 	if c.head.endpoint == Completion {
 		var lp *completionLogprobs
 		if c.head.logprobs {
@@ -176,8 +186,9 @@ func (c *Collector) JSON() []byte {
 	}
 	return mustJSON(responseJSON[chatChoice, usageJSON]{
 		ID: c.head.id, Object: "chat.completion", Created: c.head.created, Model: c.head.model,
-		Choices: []chatChoice{{Message: chatMessage{Role: "assistant", Content: c.text.String()}, Logprobs: lp, FinishReason: c.finish}},
-		Usage:   u,
+		Choices: []chatChoice{{Message: chatMessage{Role: "assistant", Content: c.text.String(), ReasoningContent: c.reasoning.String()},
+			Logprobs: lp, FinishReason: c.finish}},
+		Usage: u,
 	})
 }
 
@@ -201,8 +212,9 @@ type chatChunkChoice struct {
 }
 
 type chatDelta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role             string  `json:"role,omitempty"`
+	Content          *string `json:"content,omitempty"`
+	ReasoningContent *string `json:"reasoning_content,omitempty"`
 }
 
 type completionChoice struct {
@@ -222,6 +234,8 @@ type chatChoice struct {
 type chatMessage struct {
 	Role    string `json:"role"`
 	Content string `json:"content"`
+	// ReasoningContent is absent for models that do not reason.
+	ReasoningContent string `json:"reasoning_content,omitempty"`
 }
 
 type completionFinal struct {
@@ -232,22 +246,30 @@ type completionFinal struct {
 }
 
 type usageJSON struct {
-	PromptTokens        int           `json:"prompt_tokens"`
-	CompletionTokens    int           `json:"completion_tokens"`
-	TotalTokens         int           `json:"total_tokens"`
-	PromptTokensDetails promptDetails `json:"prompt_tokens_details"`
+	PromptTokens            int               `json:"prompt_tokens"`
+	CompletionTokens        int               `json:"completion_tokens"`
+	TotalTokens             int               `json:"total_tokens"`
+	PromptTokensDetails     promptDetails     `json:"prompt_tokens_details"`
+	CompletionTokensDetails completionDetails `json:"completion_tokens_details"`
 }
 
 type promptDetails struct {
 	CachedTokens int `json:"cached_tokens"`
 }
 
-func usageOf(u engine.Usage) usageJSON {
+// completionDetails is always present, as in OpenAI's usage; models that
+// do not reason report 0.
+type completionDetails struct {
+	ReasoningTokens int `json:"reasoning_tokens"`
+}
+
+func usageOf(u engine.Usage, reasoning int) usageJSON {
 	return usageJSON{
-		PromptTokens:        u.PromptTokens,
-		CompletionTokens:    u.CompletionTokens,
-		TotalTokens:         u.PromptTokens + u.CompletionTokens,
-		PromptTokensDetails: promptDetails{CachedTokens: u.CachedTokens},
+		PromptTokens:            u.PromptTokens,
+		CompletionTokens:        u.CompletionTokens,
+		TotalTokens:             u.PromptTokens + u.CompletionTokens,
+		PromptTokensDetails:     promptDetails{CachedTokens: u.CachedTokens},
+		CompletionTokensDetails: completionDetails{ReasoningTokens: reasoning},
 	}
 }
 

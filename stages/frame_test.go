@@ -30,6 +30,15 @@ var frameDeltas = []Delta{
 	{Finish: "stop", Usage: engine.Usage{PromptTokens: 3, CompletionTokens: 3}},
 }
 
+// reasoningDeltas: reasoning, reasoning and content in one delta,
+// content, and a stop that counts the reasoning tokens.
+var reasoningDeltas = []Delta{
+	{Reasoning: "Think."},
+	{Reasoning: " Done.", Text: "Once"},
+	{Text: " upon"},
+	{Finish: "stop", Usage: engine.Usage{PromptTokens: 3, CompletionTokens: 9}, ReasoningTokens: 4},
+}
+
 func TestFraming(t *testing.T) {
 	tests := []struct {
 		name     string
@@ -37,27 +46,34 @@ func TestFraming(t *testing.T) {
 		stream   bool
 		usage    bool
 		logprobs bool
+		deltas   []Delta // nil: frameDeltas
 	}{
-		{"chat_stream_usage_logprobs", Chat, true, true, true},
-		{"chat_stream", Chat, true, false, false},
-		{"completion_stream_logprobs", Completion, true, false, true},
-		{"chat_body_logprobs", Chat, false, false, true},
-		{"completion_body_logprobs", Completion, false, false, true},
+		{"chat_stream_usage_logprobs", Chat, true, true, true, nil},
+		{"chat_stream", Chat, true, false, false, nil},
+		{"completion_stream_logprobs", Completion, true, false, true, nil},
+		{"chat_body_logprobs", Chat, false, false, true, nil},
+		{"completion_body_logprobs", Completion, false, false, true, nil},
+		{"chat_stream_reasoning", Chat, true, true, false, reasoningDeltas},
+		{"chat_body_reasoning", Chat, false, false, false, reasoningDeltas},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			req := frameRequest(tc.endpoint, tc.stream, tc.usage, tc.logprobs)
+			deltas := tc.deltas
+			if deltas == nil {
+				deltas = frameDeltas
+			}
 			var got []byte
 			if tc.stream {
 				f := NewFramer(req)
-				for _, d := range frameDeltas {
+				for _, d := range deltas {
 					for _, b := range f.Frames(d) {
 						got = append(got, b...)
 					}
 				}
 			} else {
 				c := NewCollector(req)
-				for _, d := range frameDeltas {
+				for _, d := range deltas {
 					c.Add(d)
 				}
 				got = append(c.JSON(), '\n')

@@ -35,6 +35,13 @@ const (
 // the template can do, because no tool-call parser turns output into
 // tool_calls yet. Sampling defaults are greedy: temperature 0, top_p 1,
 // top_k 0 (-1 is accepted as "no limit", as vLLM clients send it).
+//
+// reasoning_effort (chat only) must be low, medium or high; it is passed
+// to every chat template, which honours it when it reads it (gpt-oss's
+// writes "Reasoning: high") and ignores it otherwise, as OpenAI accepts it
+// for every model. An assistant turn's reasoning_content (a response
+// message sent back as history) is accepted so such clients work, and
+// dropped: gpt-oss's template renders no earlier turn's reasoning.
 type Parse struct {
 	Models Catalog
 }
@@ -50,10 +57,10 @@ var commonKeys = []string{
 var (
 	chatKeys = keySet(commonKeys, "messages", "max_completion_tokens", "top_logprobs",
 		"response_format", "tools", "tool_choice", "parallel_tool_calls", "functions",
-		"function_call", "store", "metadata", "service_tier", "modalities")
+		"function_call", "store", "metadata", "service_tier", "modalities", "reasoning_effort")
 	completionKeys = keySet(commonKeys, "prompt", "echo", "suffix", "best_of")
 	messageKeys    = keySet(nil, "role", "content", "name", "tool_calls", "tool_call_id",
-		"refusal", "annotations", "audio", "function_call")
+		"refusal", "annotations", "audio", "function_call", "reasoning_content")
 )
 
 func keySet(base []string, more ...string) map[string]bool {
@@ -330,6 +337,15 @@ func parseChat(f fields, p *Params) error {
 		}
 		p.TopLogprobs = n
 	}
+	if ok, err := get(f, "reasoning_effort", &p.ReasoningEffort); err != nil {
+		return err
+	} else if ok {
+		switch p.ReasoningEffort {
+		case "low", "medium", "high":
+		default:
+			return invalid(CodeInvalidValue, "reasoning_effort")
+		}
+	}
 	if err := refuseChatFeatures(f); err != nil {
 		return err
 	}
@@ -452,6 +468,12 @@ func parseMessage(raw json.RawMessage) (Message, []Media, error) {
 	}
 	if len(calls) > 0 || !isNull(f["tool_call_id"]) || !isNull(f["function_call"]) {
 		return Message{}, nil, invalid(CodeUnsupported, "messages")
+	}
+	var reasoning string
+	if _, err := get(f, "reasoning_content", &reasoning); err != nil {
+		return Message{}, nil, &Invalid{Code: CodeInvalidType, Param: "messages", Err: err}
+	} else if reasoning != "" && m.Role != "assistant" {
+		return Message{}, nil, invalid(CodeInvalidValue, "messages")
 	}
 	text, media, present, err := parseContent(f["content"])
 	if err != nil {

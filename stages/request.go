@@ -24,6 +24,11 @@ type Model struct {
 	EOS []int32
 	// ContextLength bounds prompt plus generated tokens; 0 means unknown.
 	ContextLength int
+	// NewOutputParser, when set, makes the OutputParser of each chat
+	// generation: a model whose output has structure (gpt-oss's harmony
+	// channels) splits it into content and reasoning. Nil: every token's
+	// text is content.
+	NewOutputParser func() OutputParser
 }
 
 // Catalog resolves a requested model name.
@@ -96,6 +101,9 @@ type Params struct {
 	Stream       bool
 	IncludeUsage bool
 	User         string
+	// ReasoningEffort is the chat request's reasoning_effort ("low",
+	// "medium", "high"; "" when absent), passed to the chat template.
+	ReasoningEffort string
 }
 
 // Request is the request's data as the stages enrich it.

@@ -39,7 +39,7 @@ func (Template) Apply(_ context.Context, req *Request) error {
 			return invalid(CodeNoChatTemplate, "model")
 		}
 		bos, eos := tokenText(tok, tok.BOS()), tokenText(tok, tok.EOS())
-		text, err := RenderChat(m.ChatTemplate, p.Messages, bos, eos, req.Received)
+		text, err := RenderChat(m.ChatTemplate, p.Messages, ChatVars{BOS: bos, EOS: eos, Now: req.Received, ReasoningEffort: p.ReasoningEffort})
 		if err != nil {
 			return err
 		}
@@ -60,11 +60,21 @@ func (Template) Apply(_ context.Context, req *Request) error {
 	return nil
 }
 
+// ChatVars are the template variables of a request besides its messages.
+type ChatVars struct {
+	// BOS and EOS are the vocabulary's token texts ("" when none).
+	BOS, EOS string
+	// Now is what strftime_now reads.
+	Now time.Time
+	// ReasoningEffort, when not "", is the reasoning_effort variable.
+	ReasoningEffort string
+}
+
 // RenderChat renders messages with a chat template and a generation
 // prompt. A template that raises (e.g. "roles must alternate") rejects the
 // conversation: that is the client's to fix (*Invalid,
 // template_rejected). Any other failure is the template's (ErrTemplate).
-func RenderChat(t *jinja.Template, msgs []Message, bos, eos string, now time.Time) (string, error) {
+func RenderChat(t *jinja.Template, msgs []Message, v ChatVars) (string, error) {
 	list := make([]map[string]any, len(msgs))
 	for i, m := range msgs {
 		list[i] = map[string]any{"role": m.Role, "content": m.Content}
@@ -72,12 +82,17 @@ func RenderChat(t *jinja.Template, msgs []Message, bos, eos string, now time.Tim
 			list[i]["name"] = m.Name
 		}
 	}
-	text, err := t.RenderChat(list, jinja.ChatOptions{
+	o := jinja.ChatOptions{
 		AddGenerationPrompt: true,
-		BOS:                 bos,
-		EOS:                 eos,
-		Now:                 func() time.Time { return now },
-	})
+		BOS:                 v.BOS,
+		EOS:                 v.EOS,
+		Now:                 func() time.Time { return v.Now },
+	}
+	if v.ReasoningEffort != "" {
+		// Left undefined otherwise, so the template applies its default.
+		o.Extra = map[string]any{"reasoning_effort": v.ReasoningEffort}
+	}
+	text, err := t.RenderChat(list, o)
 	switch {
 	case err == nil:
 		return text, nil

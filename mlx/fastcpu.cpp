@@ -1,0 +1,510 @@
+//go:build !mlxc
+
+// A CPU kernel for affine-quantized linear layers, the op that dominates a
+// decode step.
+//
+// MLX's CPU backend evaluates quantized_matmul as a scalar loop that unpacks
+// every weight again for every activation row, so a step over eight rows
+// costs eight single-row steps and continuous batching gains nothing. This
+// kernel is weight-stationary: each output row's weights are unpacked once
+// (into registers for up to four activation rows, else into an L1-resident
+// buffer) and then multiplied with every activation row, with AVX2+FMA where
+// the processor has it, spread over the CPU threads by output row.
+//
+// Batch invariance: an output element is the same float whatever the number
+// of rows in the batch and whatever the thread split, because every row's
+// dot product runs in one fixed order: two 8-lane accumulators taking
+// alternate 8-element chunks, then a fixed reduction. The kernel never splits
+// a dot product across threads.
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#define PROVIDER_X86 1
+#endif
+
+#include "fastcpu.h"
+#include "hostop.h"
+
+namespace mx = mlx::core;
+using provider_host::arr;
+using provider_host::guard;
+using provider_host::HostOp;
+using provider_host::rows_of;
+using provider_host::set;
+
+namespace {
+
+// ---------------------------------------------------------------------------
+// Threads
+
+// Pool runs a task function over indices [0, tasks) on its workers and the
+// calling thread. Workers spin briefly before sleeping: a decode step issues
+// a few hundred short calls back to back, and a condition-variable wake-up
+// per call would cost as much as the work.
+class Pool {
+ public:
+  static Pool& get() {
+    static Pool* p = new Pool();  // never destroyed: workers outlive exit
+    return *p;
+  }
+
+  int threads() {
+    std::lock_guard<std::mutex> l(run_mu_);
+    return static_cast<int>(workers_.size()) + 1;
+  }
+
+  int resize(int n) {
+    std::lock_guard<std::mutex> l(run_mu_);
+    if (n <= 0) {
+      n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    }
+    n = std::min(n, 64);
+    while (static_cast<int>(workers_.size()) + 1 < n) {
+      // The worker starts from the generation current now: a run may
+      // begin before the thread gets to read it.
+      const int id = static_cast<int>(workers_.size());
+      const uint64_t start = gen_.load();
+      workers_.emplace_back([this, id, start] { work(id, start); });
+      workers_.back().detach();
+    }
+    // Workers beyond n - 1 stay parked: active_ bounds who takes tasks.
+    active_.store(n - 1);
+    return n;
+  }
+
+  void run(int tasks, const std::function<void(int)>& fn) {
+    std::lock_guard<std::mutex> l(run_mu_);
+    const int helpers = std::min(active_.load(), tasks - 1);
+    if (helpers <= 0) {
+      for (int i = 0; i < tasks; i++) {
+        fn(i);
+      }
+      return;
+    }
+    fn_ = &fn;
+    tasks_ = tasks;
+    next_.store(0);
+    pending_.store(helpers);
+    helpers_ = helpers;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      gen_.fetch_add(1);
+    }
+    cv_.notify_all();
+    drain();
+    while (pending_.load(std::memory_order_acquire) != 0) {
+      pause();
+    }
+    fn_ = nullptr;
+  }
+
+ private:
+  Pool() {
+    int n = 0;
+    if (const char* env = std::getenv("PROVIDER_CPU_THREADS")) {
+      n = std::atoi(env);
+    }
+    resize(n);
+  }
+
+  static void pause() {
+#if PROVIDER_X86
+    _mm_pause();
+#else
+    std::this_thread::yield();
+#endif
+  }
+
+  void drain() {
+    for (;;) {
+      int i = next_.fetch_add(1);
+      if (i >= tasks_) {
+        return;
+      }
+      (*fn_)(i);
+    }
+  }
+
+  void work(int id, uint64_t seen) {
+    for (;;) {
+      // Spin for a while (tens of microseconds), then sleep.
+      bool woke = false;
+      for (int spin = 0; spin < 20000; spin++) {
+        if (gen_.load(std::memory_order_acquire) != seen) {
+          woke = true;
+          break;
+        }
+        pause();
+      }
+      if (!woke) {
+        std::unique_lock<std::mutex> g(mu_);
+        cv_.wait(g, [&] { return gen_.load() != seen; });
+      }
+      seen = gen_.load();
+      if (id < helpers_) {
+        drain();
+        pending_.fetch_sub(1, std::memory_order_release);
+      }
+    }
+  }
+
+  std::mutex run_mu_;  // one run at a time
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::thread> workers_;
+  std::atomic<int> active_{0};
+  std::atomic<uint64_t> gen_{0};
+  std::atomic<int> next_{0};
+  std::atomic<int> pending_{0};
+  const std::function<void(int)>* fn_ = nullptr;
+  int tasks_ = 0;
+  int helpers_ = 0;
+};
+
+// ---------------------------------------------------------------------------
+// Kernel
+
+// Scale is the float type of scales and biases.
+template <typename S>
+inline float to_float(S v) {
+  return static_cast<float>(v);
+}
+
+struct Job {
+  const float* x;  // [m, k]
+  int m, k, n;
+  const uint32_t* w;  // [n, k*bits/32]
+  const void* scales;
+  const void* biases;
+  int group, bits;
+  float* out;  // [m, n]
+};
+
+#if PROVIDER_X86
+
+#define PROVIDER_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+// group_params converts a row's group scales and biases to float.
+template <typename S>
+PROVIDER_AVX2 inline void group_params(const S* s, const S* b, int groups, float* fs, float* fb) {
+  for (int g = 0; g < groups; g++) {
+    if constexpr (std::is_same_v<S, float>) {
+      fs[g] = s[g];
+      fb[g] = b[g];
+    } else if constexpr (std::is_same_v<S, mx::float16_t>) {
+      uint16_t sb, bb;
+      std::memcpy(&sb, s + g, 2);
+      std::memcpy(&bb, b + g, 2);
+      fs[g] = _cvtsh_ss(sb);
+      fb[g] = _cvtsh_ss(bb);
+    } else {
+      uint16_t sb, bb;
+      std::memcpy(&sb, s + g, 2);
+      std::memcpy(&bb, b + g, 2);
+      const uint32_t su = static_cast<uint32_t>(sb) << 16, bu = static_cast<uint32_t>(bb) << 16;
+      std::memcpy(fs + g, &su, 4);
+      std::memcpy(fb + g, &bu, 4);
+    }
+  }
+}
+
+// unpack16 returns the 16 weights starting at element e (a multiple of 16)
+// of a packed row, dequantized as q*s + b.
+template <int BITS>
+PROVIDER_AVX2 inline void unpack16(const uint32_t* row, int e, __m256 s, __m256 b, __m256& w0, __m256& w1) {
+  if constexpr (BITS == 4) {
+    const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+    const __m256i mask = _mm256_set1_epi32(0xF);
+    const __m256i v0 = _mm256_set1_epi32(static_cast<int>(row[e / 8]));
+    const __m256i v1 = _mm256_set1_epi32(static_cast<int>(row[e / 8 + 1]));
+    w0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(v0, shifts), mask)), s, b);
+    w1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(v1, shifts), mask)), s, b);
+  } else {
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint8_t*>(row) + e));
+    w0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q)), s, b);
+    w1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(q, 8))), s, b);
+  }
+}
+
+PROVIDER_AVX2 inline float hsum(__m256 a, __m256 b) {
+  __m256 s = _mm256_add_ps(a, b);
+  __m128 lo = _mm256_castps256_ps128(s);
+  __m128 hi = _mm256_extractf128_ps(s, 1);
+  lo = _mm_add_ps(lo, hi);
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
+  return _mm_cvtss_f32(lo);
+}
+
+// direct computes output n for M (at most 4) rows with the weights
+// unpacked into registers.
+template <int BITS, int M>
+PROVIDER_AVX2 inline void direct(const Job& j, const uint32_t* row, const float* fs, const float* fb, int n) {
+  __m256 acc[M][2];
+  for (int r = 0; r < M; r++) {
+    acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  }
+  for (int e = 0; e < j.k; e += 16) {
+    const int g = e / j.group;
+    __m256 w0, w1;
+    unpack16<BITS>(row, e, _mm256_set1_ps(fs[g]), _mm256_set1_ps(fb[g]), w0, w1);
+    for (int r = 0; r < M; r++) {
+      const float* x = j.x + static_cast<size_t>(r) * j.k + e;
+      acc[r][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x), acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + 8), acc[r][1]);
+    }
+  }
+  for (int r = 0; r < M; r++) {
+    j.out[static_cast<size_t>(r) * j.n + n] = hsum(acc[r][0], acc[r][1]);
+  }
+}
+
+// buffered computes output n for M (at most 4) rows starting at r0 from
+// weights already unpacked into buf.
+template <int M>
+PROVIDER_AVX2 inline void buffered(const Job& j, const float* buf, int r0, int n) {
+  __m256 acc[M][2];
+  for (int r = 0; r < M; r++) {
+    acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  }
+  const float* x0 = j.x + static_cast<size_t>(r0) * j.k;
+  for (int e = 0; e < j.k; e += 16) {
+    const __m256 w0 = _mm256_loadu_ps(buf + e);
+    const __m256 w1 = _mm256_loadu_ps(buf + e + 8);
+    for (int r = 0; r < M; r++) {
+      const float* x = x0 + static_cast<size_t>(r) * j.k + e;
+      acc[r][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x), acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + 8), acc[r][1]);
+    }
+  }
+  for (int r = 0; r < M; r++) {
+    j.out[static_cast<size_t>(r0 + r) * j.n + n] = hsum(acc[r][0], acc[r][1]);
+  }
+}
+
+// rows_avx2 computes output rows [n0, n1) for at most four activation rows.
+template <typename S, int BITS>
+PROVIDER_AVX2 void rows_avx2(const Job& j, int n0, int n1, float* fs, float* fb) {
+  const int words = j.k * BITS / 32;
+  const int groups = j.k / j.group;
+  const S* sc = static_cast<const S*>(j.scales);
+  const S* bi = static_cast<const S*>(j.biases);
+  for (int n = n0; n < n1; n++) {
+    const uint32_t* row = j.w + static_cast<size_t>(n) * words;
+    group_params<S>(sc + static_cast<size_t>(n) * groups, bi + static_cast<size_t>(n) * groups, groups, fs, fb);
+    switch (j.m) {
+      case 1:
+        direct<BITS, 1>(j, row, fs, fb, n);
+        continue;
+      case 2:
+        direct<BITS, 2>(j, row, fs, fb, n);
+        continue;
+      case 3:
+        direct<BITS, 3>(j, row, fs, fb, n);
+        continue;
+      case 4:
+        direct<BITS, 4>(j, row, fs, fb, n);
+        continue;
+    }
+  }
+}
+
+// rows_many computes output rows [n0, n1) for more than four activation
+// rows: each output row's weights are unpacked once into buf (the same
+// floats direct computes), then blocks of activation rows small enough to
+// stay in cache stream over them.
+template <typename S, int BITS>
+PROVIDER_AVX2 void rows_many(const Job& j, int n0, int n1, float* buf, float* fs, float* fb) {
+  const int words = j.k * BITS / 32;
+  const int groups = j.k / j.group;
+  const S* sc = static_cast<const S*>(j.scales);
+  const S* bi = static_cast<const S*>(j.biases);
+  for (int n = n0; n < n1; n++) {
+    const uint32_t* row = j.w + static_cast<size_t>(n) * words;
+    float* wb = buf + static_cast<size_t>(n - n0) * j.k;
+    group_params<S>(sc + static_cast<size_t>(n) * groups, bi + static_cast<size_t>(n) * groups, groups, fs, fb);
+    for (int e = 0; e < j.k; e += 16) {
+      const int g = e / j.group;
+      __m256 w0, w1;
+      unpack16<BITS>(row, e, _mm256_set1_ps(fs[g]), _mm256_set1_ps(fb[g]), w0, w1);
+      _mm256_storeu_ps(wb + e, w0);
+      _mm256_storeu_ps(wb + e + 8, w1);
+    }
+  }
+  constexpr int block = 16;
+  for (int r0 = 0; r0 < j.m; r0 += block) {
+    const int r1 = std::min(j.m, r0 + block);
+    for (int n = n0; n < n1; n++) {
+      const float* wb = buf + static_cast<size_t>(n - n0) * j.k;
+      int r = r0;
+      for (; r + 4 <= r1; r += 4) {
+        buffered<4>(j, wb, r, n);
+      }
+      switch (r1 - r) {
+        case 1:
+          buffered<1>(j, wb, r, n);
+          break;
+        case 2:
+          buffered<2>(j, wb, r, n);
+          break;
+        case 3:
+          buffered<3>(j, wb, r, n);
+          break;
+      }
+    }
+  }
+}
+
+bool have_avx2() {
+  static const bool ok =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  return ok;
+}
+
+#endif  // PROVIDER_X86
+
+// rows_portable is the same computation in plain C++, in the same order
+// (lanes, alternating accumulators, reduction), for processors without
+// AVX2.
+template <typename S>
+void rows_portable(const Job& j, int n0, int n1, float* buf) {
+  const int words = j.k * j.bits / 32;
+  const int groups = j.k / j.group;
+  const int per = 32 / j.bits;
+  const uint32_t mask = (1u << j.bits) - 1;
+  const S* sc = static_cast<const S*>(j.scales);
+  const S* bi = static_cast<const S*>(j.biases);
+  for (int n = n0; n < n1; n++) {
+    const uint32_t* row = j.w + static_cast<size_t>(n) * words;
+    for (int e = 0; e < j.k; e++) {
+      const int g = e / j.group;
+      const float q = static_cast<float>((row[e / per] >> ((e % per) * j.bits)) & mask);
+      buf[e] = std::fma(q, to_float(sc[static_cast<size_t>(n) * groups + g]), to_float(bi[static_cast<size_t>(n) * groups + g]));
+    }
+    for (int r = 0; r < j.m; r++) {
+      float a[2][8] = {};
+      const float* xr = j.x + static_cast<size_t>(r) * j.k;
+      for (int e = 0; e < j.k; e += 8) {
+        float* acc = a[(e / 8) & 1];
+        for (int l = 0; l < 8; l++) {
+          acc[l] = std::fma(buf[e + l], xr[e + l], acc[l]);
+        }
+      }
+      float s[8];
+      for (int l = 0; l < 8; l++) {
+        s[l] = a[0][l] + a[1][l];
+      }
+      float v0 = s[0] + s[4], v1 = s[1] + s[5], v2 = s[2] + s[6], v3 = s[3] + s[7];
+      v0 = v0 + v2;
+      v1 = v1 + v3;
+      j.out[static_cast<size_t>(r) * j.n + n] = v0 + v1;
+    }
+  }
+}
+
+template <typename S>
+void run_job(const Job& j) {
+  // Tasks of a few output rows: enough of them to balance the threads, each
+  // long enough to amortize taking it.
+  const int chunk = std::max(1, std::min(16, j.n / (8 * Pool::get().threads())));
+  const int tasks = (j.n + chunk - 1) / chunk;
+  Pool::get().run(tasks, [&](int t) {
+    thread_local std::vector<float> buf, fs, fb;
+    if (buf.size() < static_cast<size_t>(chunk) * j.k) {
+      buf.resize(static_cast<size_t>(chunk) * j.k);
+      fs.resize(j.k / 16);
+      fb.resize(j.k / 16);
+    }
+    const int n0 = t * chunk;
+    const int n1 = std::min(j.n, n0 + chunk);
+#if PROVIDER_X86
+    if (have_avx2()) {
+      if (j.m <= 4) {
+        j.bits == 4 ? rows_avx2<S, 4>(j, n0, n1, fs.data(), fb.data()) : rows_avx2<S, 8>(j, n0, n1, fs.data(), fb.data());
+      } else {
+        j.bits == 4 ? rows_many<S, 4>(j, n0, n1, buf.data(), fs.data(), fb.data())
+                    : rows_many<S, 8>(j, n0, n1, buf.data(), fs.data(), fb.data());
+      }
+      return;
+    }
+#endif
+    rows_portable<S>(j, n0, n1, buf.data());
+  });
+}
+
+bool use_mlx_kernel() {
+  static const bool v = [] {
+    const char* env = std::getenv("PROVIDER_CPU_QMM");
+    return env != nullptr && std::strcmp(env, "mlx") == 0;
+  }();
+  return v;
+}
+
+}  // namespace
+
+extern "C" {
+
+int mlx_fast_affine_linear(mlx_array* res, const mlx_array x, const mlx_array w, const mlx_array scales,
+                           const mlx_array biases, int group_size, int bits, const mlx_stream s) {
+  return guard([&] {
+    const mx::Stream st = *static_cast<mx::Stream*>(s.ctx);
+    const mx::array& xa = arr(x);
+    const mx::array& wa = arr(w);
+    const mx::array& sa = arr(scales);
+    const mx::array& ba = arr(biases);
+    const bool fits = st.device == mx::Device::cpu && !use_mlx_kernel() && (bits == 4 || bits == 8) &&
+                      group_size % 16 == 0 && xa.ndim() >= 1 && wa.ndim() == 2 && wa.dtype() == mx::uint32 &&
+                      sa.ndim() == 2 && sa.shape() == ba.shape() && sa.dtype() == ba.dtype() &&
+                      (sa.dtype() == mx::float32 || sa.dtype() == mx::float16 || sa.dtype() == mx::bfloat16) &&
+                      xa.shape(-1) % group_size == 0 && sa.shape(0) == wa.shape(0) &&
+                      sa.shape(1) == xa.shape(-1) / group_size && wa.shape(1) == xa.shape(-1) * bits / 32;
+    if (!fits) {
+      set(res, mx::quantized_matmul(xa, wa, sa, ba, true, group_size, bits, "affine", st));
+      return;
+    }
+    const int k = xa.shape(-1);
+    const int n = wa.shape(0);
+    mx::Shape shape = xa.shape();
+    shape.back() = n;
+    const mx::Dtype out_type = xa.dtype();
+    // Weights, scales and biases are used in place (they are row-contiguous
+    // as uploaded; contiguous() is a no-op then); only activations convert.
+    std::vector<mx::array> in{mx::contiguous(mx::astype(xa, mx::float32, st), false, st),
+                              mx::contiguous(wa, false, st), mx::contiguous(sa, false, st),
+                              mx::contiguous(ba, false, st)};
+    const mx::Dtype sd = sa.dtype();
+    auto fn = [k, n, group_size, bits, sd](const std::vector<mx::array>& in, mx::array& out) {
+      Job j{in[0].data<float>(), static_cast<int>(rows_of(in[0])), k, n, in[1].data<uint32_t>(),
+            in[2].data<void>(), in[3].data<void>(), group_size, bits, out.data<float>()};
+      if (j.m == 0) {
+        return;
+      }
+      if (sd == mx::float32) {
+        run_job<float>(j);
+      } else if (sd == mx::float16) {
+        run_job<mx::float16_t>(j);
+      } else {
+        run_job<mx::bfloat16_t>(j);
+      }
+    };
+    mx::array y(std::move(shape), mx::float32, std::make_shared<HostOp>(st, "FastAffineLinear", std::move(fn)),
+                std::move(in));
+    set(res, out_type == mx::float32 ? y : mx::astype(y, out_type, st));
+  });
+}
+
+int mlx_fast_cpu_threads(int n) {
+  return Pool::get().resize(n);
+}
+
+}  // extern "C"
