@@ -26,6 +26,10 @@ type Options struct {
 	// Lease fails a row that made no admission, prefill or decode progress
 	// for this long (default 120 s).
 	Lease time.Duration
+	// StreamBuffer is how many events a generation's stream holds before
+	// its row is paused until the reader catches up (default 64). A reader
+	// that takes nothing for a whole Lease loses its row.
+	StreamBuffer int
 	// Clock is injected for tests; nil is the wall clock.
 	Clock clock.Clock
 }
@@ -36,6 +40,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Lease <= 0 {
 		o.Lease = 120 * time.Second
+	}
+	if o.StreamBuffer <= 0 {
+		o.StreamBuffer = 64
 	}
 	if o.Clock == nil {
 		o.Clock = clock.New()
@@ -84,12 +91,14 @@ type Engine struct {
 	arrival   uint64
 	draining  bool
 	stopped   bool
-	lastErr   error
+	lastErr   error // why the loop stopped serving, once it has
 	slowSteps uint64
+	paused    int // rows paused for their readers at the last step
 
-	wake chan struct{}
-	quit chan struct{}
-	done chan struct{}
+	wake     chan struct{}
+	quit     chan struct{}
+	quitOnce sync.Once
+	done     chan struct{}
 }
 
 // New starts the loop for net on th, whose stream is s. net, th and s stay
@@ -128,9 +137,9 @@ func (e *Engine) Submit(ctx context.Context, g Generation) (<-chan Event, error)
 	if ctxLen := e.net.Config().ContextLength; ctxLen > 0 && g.MaxTokens > ctxLen-len(g.Prompt) {
 		g.MaxTokens = max(ctxLen-len(g.Prompt), 0)
 	}
-	// A stream holds at most one event per token plus the end, so the loop
-	// never blocks on a slow reader.
-	capacity := max(g.MaxTokens, 0) + 2
+	// The loop never blocks on a reader: a row is paused while fewer than
+	// two slots are free (room for its next delta and its end event).
+	capacity := min(max(g.MaxTokens, 0), e.opt.StreamBuffer) + 2
 	l := &live{
 		gen:      g,
 		ctx:      ctx,
@@ -175,6 +184,20 @@ func (e *Engine) SlowSteps() uint64 {
 	return e.slowSteps
 }
 
+// Err is nil while the engine serves and says why once it does not: it
+// was shut down, or its loop failed. The server's /health reads it.
+func (e *Engine) Err() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case e.lastErr != nil:
+		return e.lastErr
+	case e.stopped:
+		return ErrShutdown
+	}
+	return nil
+}
+
 // Resize changes the KV grant; shrinking never evicts a running row.
 func (e *Engine) Resize(capacity int64) {
 	e.mu.Lock()
@@ -185,7 +208,8 @@ func (e *Engine) Resize(capacity int64) {
 
 // Shutdown stops taking work, lets running generations finish until ctx
 // ends (callers pass a 10 s deadline), then ends the rest with ErrShutdown
-// and stops the loop.
+// and stops the loop. Calling it again, or after the loop has failed, only
+// waits for the loop to be gone.
 func (e *Engine) Shutdown(ctx context.Context) {
 	e.mu.Lock()
 	e.draining = true
@@ -205,7 +229,7 @@ func (e *Engine) Shutdown(ctx context.Context) {
 		}
 		break
 	}
-	close(e.quit)
+	e.quitOnce.Do(func() { close(e.quit) })
 	<-e.done
 }
 
@@ -223,7 +247,15 @@ func (e *Engine) loop() {
 	const idlePoll = time.Second
 	for {
 		var worked bool
-		e.th.Do(func() { worked = e.tick() })
+		var failed error
+		e.th.Do(func() { worked, failed = e.safeTick() })
+		if failed != nil {
+			e.mu.Lock()
+			e.lastErr = failed
+			e.mu.Unlock()
+			e.th.Do(e.abortAll)
+			return
+		}
 		if worked {
 			select {
 			case <-e.quit:
@@ -233,7 +265,14 @@ func (e *Engine) loop() {
 			}
 			continue
 		}
-		t := e.opt.Clock.Timer(idlePoll)
+		wait := idlePoll
+		e.mu.Lock()
+		if e.paused > 0 {
+			// Readers drain without telling the loop: look again soon.
+			wait = pausedPoll
+		}
+		e.mu.Unlock()
+		t := e.opt.Clock.Timer(wait)
 		select {
 		case <-e.wake:
 		case <-t.C:
@@ -246,6 +285,22 @@ func (e *Engine) loop() {
 	}
 }
 
+// pausedPoll is how often an otherwise idle loop looks whether paused rows'
+// readers have caught up.
+const pausedPoll = 2 * time.Millisecond
+
+// safeTick is tick with a panic turned into the error that stops the loop:
+// a broken step must fail its requests and mark the engine dead, not take
+// the process down.
+func (e *Engine) safeTick() (worked bool, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: step panicked: %v", ErrStepFailed, r)
+		}
+	}()
+	return e.tick(), nil
+}
+
 // abortAll ends every live generation at shutdown.
 func (e *Engine) abortAll() {
 	e.mu.Lock()
@@ -256,9 +311,13 @@ func (e *Engine) abortAll() {
 	}
 	e.rows = map[RequestID]*live{}
 	e.stopped = true
+	why := ErrShutdown
+	if e.lastErr != nil {
+		why = e.lastErr
+	}
 	e.mu.Unlock()
 	for _, l := range rows {
-		e.end(l, Event{Kind: EventError, Err: ErrShutdown})
+		e.end(l, Event{Kind: EventError, Err: why})
 	}
 }
 
@@ -287,6 +346,13 @@ func (e *Engine) end(l *live, ev Event) {
 func (e *Engine) tick() bool {
 	now := e.opt.Clock.Now()
 	e.mu.Lock()
+	// A panic below (see safeTick) must not leave mu held.
+	locked := true
+	defer func() {
+		if locked {
+			e.mu.Unlock()
+		}
+	}()
 	// Cancelled and lease-expired rows leave before planning.
 	var gone []*live
 	var goneEv []Event
@@ -303,6 +369,16 @@ func (e *Engine) tick() bool {
 		e.sched.Cancel(id)
 		delete(e.rows, id)
 		gone, goneEv = append(gone, l), append(goneEv, ev)
+	}
+	// Rows whose readers have fallen behind sit this step out. Only this
+	// goroutine sends, so the free room seen here can only grow.
+	e.paused = 0
+	for id, l := range e.rows {
+		held := cap(l.events)-len(l.events) < 2
+		e.sched.Pause(id, held)
+		if held {
+			e.paused++
+		}
 	}
 	plan := e.sched.Plan()
 	type finished struct {
@@ -334,6 +410,7 @@ func (e *Engine) tick() bool {
 		l := e.rows[id]
 		batch = append(batch, work{l, l.seq[len(l.seq)-1:], true})
 	}
+	locked = false
 	e.mu.Unlock()
 
 	for i, l := range gone {
@@ -418,7 +495,9 @@ func (e *Engine) tick() bool {
 		}
 	}
 	e.mu.Lock()
+	locked = true
 	e.sched.Complete(res)
+	locked = false
 	e.mu.Unlock()
 	return true
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/goprovider/provider/engine"
 	"github.com/goprovider/provider/engine/enginetest"
+	"github.com/goprovider/provider/mlx"
 	"github.com/goprovider/provider/model"
 	"github.com/goprovider/provider/tokenizer"
 )
@@ -104,5 +105,95 @@ func TestCancelReleasesRowAndKV(t *testing.T) {
 	}
 	if st := e.Stats(); st.KVUsed != 0 || st.Running != 0 || st.Waiting != 0 {
 		t.Fatalf("after cancel: %+v", st)
+	}
+}
+
+// TestSlowReaderPausesOnlyItsRow: a stream nobody reads fills its buffer and
+// its row is paused; another stream runs to the end meanwhile; once read,
+// the paused stream resumes and yields what it yields alone.
+func TestSlowReaderPausesOnlyItsRow(t *testing.T) {
+	const buffer, maxTokens = 4, 40
+	e, m := realEngine(t, engine.Options{StreamBuffer: buffer})
+	ps := prompts(m)
+	run := func(id string, p []int32) <-chan engine.Event {
+		ch, err := e.Submit(context.Background(), engine.Generation{ID: engine.RequestID(id), Prompt: p, MaxTokens: maxTokens, TopLogprobs: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ch
+	}
+	alone := collect(run("alone", ps[1]))
+	slow := run("slow", ps[1])
+	fast := collect(run("fast", ps[2]))
+	if fast.last.Kind != engine.EventFinished || len(fast.tokens) != maxTokens {
+		t.Fatalf("fast stream: %d tokens, last %+v", len(fast.tokens), fast.last)
+	}
+	// The fast row took maxTokens steps; the slow one could only fill its
+	// buffer (buffer+2 slots) until one slot was left for its end event,
+	// then sat paused.
+	if n := len(slow); n != buffer+1 {
+		t.Fatalf("slow stream holds %d events after the fast one finished, want %d (paused)", n, buffer+1)
+	}
+	if st := e.Stats(); st.Running != 1 {
+		t.Fatalf("stats with the slow row paused: %+v", st)
+	}
+	got := collect(slow)
+	if got.last.Kind != engine.EventFinished || fmt.Sprint(got.tokens) != fmt.Sprint(alone.tokens) {
+		t.Fatalf("slow stream: %v (last %+v)\nalone: %v", got.tokens, got.last, alone.tokens)
+	}
+	if st := e.Stats(); st.KVUsed != 0 || st.Running != 0 {
+		t.Fatalf("idle engine holds %+v", st)
+	}
+}
+
+// panicking is a network whose Forward panics from its nth call on: a
+// scripted failure of the step itself.
+type panicking struct {
+	model.Network
+	calls, nth int
+}
+
+func (p *panicking) Forward(f *mlx.Frame, tokens [][]int32, caches []model.Cache) mlx.Array {
+	p.calls++
+	if p.calls >= p.nth {
+		panic("scripted failure")
+	}
+	return p.Network.Forward(f, tokens, caches)
+}
+
+func TestPanickingStepStopsTheEngineLoudly(t *testing.T) {
+	e, m := enginetest.StartWrapped(t, enginetest.Stories(), engine.Options{}, func(n model.Network) model.Network {
+		return &panicking{Network: n, nth: 3}
+	})
+	if err := e.Err(); err != nil {
+		t.Fatalf("Err of a running engine: %v", err)
+	}
+	ch, err := e.Submit(context.Background(), engine.Generation{ID: "p", Prompt: prompts(m)[1], MaxTokens: 10, TopLogprobs: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := collect(ch)
+	if o.last.Kind != engine.EventError || !errors.Is(o.last.Err, engine.ErrStepFailed) {
+		t.Fatalf("last event %+v", o.last)
+	}
+	if len(o.tokens) != 2 {
+		t.Fatalf("got %d tokens before the failing step, want 2", len(o.tokens))
+	}
+	if err := e.Err(); !errors.Is(err, engine.ErrStepFailed) {
+		t.Fatalf("Err after the failure: %v", err)
+	}
+	if _, err := e.Submit(context.Background(), engine.Generation{ID: "q", Prompt: prompts(m)[1], MaxTokens: 1, TopLogprobs: -1}); err == nil {
+		t.Fatal("a dead engine took a request")
+	}
+}
+
+func TestErrAfterShutdown(t *testing.T) {
+	e, _ := realEngine(t, engine.Options{})
+	if err := e.Err(); err != nil {
+		t.Fatalf("Err of a running engine: %v", err)
+	}
+	e.Shutdown(context.Background())
+	if err := e.Err(); !errors.Is(err, engine.ErrShutdown) {
+		t.Fatalf("Err after shutdown: %v", err)
 	}
 }

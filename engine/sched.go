@@ -206,6 +206,9 @@ type row struct {
 	state rowState
 	kv    int // tokens of the sequence the engine holds in cache
 	gen   int // tokens generated, kept across preemption
+	// paused rows keep their place and KV but get no work (their reader
+	// has fallen behind).
+	paused bool
 
 	// Set while a plan is built.
 	entry     *entry
@@ -333,6 +336,17 @@ func (s *Scheduler) Cancel(id RequestID) bool {
 	return true
 }
 
+// Pause stops (paused) or resumes planning work for a request: a paused
+// row keeps its admission, its KV charge and its place, and gets no prefill
+// or decode until resumed. The engine pauses a row whose reader has fallen
+// behind so that one slow client costs the batch nothing. Unknown ids are
+// ignored.
+func (s *Scheduler) Pause(id RequestID, paused bool) {
+	if r, ok := s.rows[id]; ok {
+		r.paused = paused
+	}
+}
+
 // Resize sets the KV capacity in bytes. Shrinking never evicts: running rows
 // keep growing within the previous ceiling while admissions wait for the
 // ledger to drain below the new limit.
@@ -384,12 +398,12 @@ func (s *Scheduler) Plan() StepPlan {
 	order := slices.Clone(s.running)
 	slices.SortFunc(order, byImportance)
 	for _, r := range order {
-		if r.state == stateRunning && r.decoding() {
+		if r.state == stateRunning && !r.paused && r.decoding() {
 			s.planDecode(p, r)
 		}
 	}
 	for _, r := range order {
-		if r.state == stateRunning && !r.decoding() {
+		if r.state == stateRunning && !r.paused && !r.decoding() {
 			s.planPrefill(p, r)
 		}
 	}

@@ -8,11 +8,13 @@ import (
 
 	"github.com/goprovider/provider/model"
 	"github.com/goprovider/provider/model/gemma3"
+	"github.com/goprovider/provider/model/gemma4"
+	"github.com/goprovider/provider/model/gptoss"
 	"github.com/goprovider/provider/model/llama"
 )
 
 // Supported lists the architectures with an adapter.
-func Supported() []string { return []string{"gemma3", "llama"} }
+func Supported() []string { return []string{"gemma3", "gemma4", "gpt_oss", "llama"} }
 
 // Build binds an architecture's forward pass to uploaded weights. It runs
 // on the MLX thread.
@@ -22,6 +24,10 @@ func Build(cfg model.Config, w *model.Weights) (model.Network, error) {
 		return llama.New(cfg, w)
 	case "gemma3":
 		return gemma3.New(cfg, w)
+	case "gemma4":
+		return gemma4.New(cfg, w)
+	case "gpt_oss":
+		return gptoss.New(cfg, w)
 	default:
 		return nil, fmt.Errorf("%w: %q", model.ErrUnsupportedArch, cfg.Arch)
 	}

@@ -483,6 +483,38 @@ func (f *Frame) QuantizedMatMul(x, w, scales, biases Array, transpose bool, grou
 	}, x, w, scales)
 }
 
+// AddMM is alpha*(a @ b) + beta*c, rounded once: a linear layer's product
+// and bias in one op.
+func (f *Frame) AddMM(c, a, b Array, alpha, beta float32) Array {
+	return f.op("addmm", func(r *C.mlx_array) C.int {
+		return C.mlx_addmm(r, c.c, a.c, b.c, C.float(alpha), C.float(beta), f.s.c)
+	}, c, a, b)
+}
+
+// GatherMM multiplies each matrix of a by the matrix of b its index picks:
+// out[i] = a[lhs[i]] @ b[rhs[i]], with a or b used in order where its index
+// array is the zero Array. It is the mixture-of-experts product, each token
+// against its own experts' weights without gathering them into a copy.
+// sorted promises that rhs is ascending, which lets MLX group the products
+// by matrix.
+func (f *Frame) GatherMM(a, b, lhs, rhs Array, sorted bool) Array {
+	return f.op("gather_mm", func(r *C.mlx_array) C.int {
+		return C.mlx_gather_mm(r, a.c, b.c, lhs.c, rhs.c, C.bool(sorted), f.s.c)
+	}, a, b)
+}
+
+// GatherQMM is GatherMM against quantized matrices: out[i] = x[lhs[i]] @
+// dequantize(w[rhs[i]]).T when transpose holds, computed from the packed
+// values (mode "affine", "mxfp4", ...); biases may be the zero Array.
+func (f *Frame) GatherQMM(x, w, scales, biases, lhs, rhs Array, transpose bool, groupSize, bits int, mode string, sorted bool) Array {
+	cmode := C.CString(mode)
+	defer C.free(unsafe.Pointer(cmode))
+	return f.op("gather_qmm", func(r *C.mlx_array) C.int {
+		return C.mlx_gather_qmm(r, x.c, w.c, scales.c, biases.c, lhs.c, rhs.c, C.bool(transpose), optInt(groupSize),
+			optInt(bits), cmode, C.bool(sorted), f.s.c)
+	}, x, w, scales)
+}
+
 // RMSNorm normalizes the last axis; weight may be the zero Array.
 func (f *Frame) RMSNorm(x, weight Array, eps float32) Array {
 	return f.op("rms_norm", func(r *C.mlx_array) C.int {

@@ -160,3 +160,93 @@ func TestRoPEOffsetsPerRow(t *testing.T) {
 		}
 	})
 }
+
+// TestGatherMatMulPicksEachRowsExpert checks the mixture-of-experts
+// products against plain matmuls of the picked matrices: GatherMM over
+// float experts, and GatherQMM over the same experts quantized to MXFP4
+// against the matmul of their dequantized values.
+func TestGatherMatMulPicksEachRowsExpert(t *testing.T) {
+	onThread(t, func(s Stream) {
+		f := NewFrame(s)
+		defer f.Free()
+		const experts, out, in = 3, 4, 64
+		w := make([]float32, experts*out*in)
+		for i := range w {
+			w[i] = float32(math.Sin(float64(i)*0.29)) * 2
+		}
+		x := make([]float32, 2*in)
+		for i := range x {
+			x[i] = float32(math.Cos(float64(i) * 0.13))
+		}
+		wa := f.Float32s(w, experts, out, in)
+		// Two tokens, two experts each: [tokens, 1, 1, in] against
+		// [tokens, k] picks gives [tokens, k, 1, out].
+		xa := f.Reshape(f.Float32s(x, 2, in), 2, 1, 1, in)
+		picks := []int32{2, 0, 1, 2}
+		idx := f.Int32s(picks, 2, 2)
+		want := func(experts Array) []float32 {
+			var rows []Array
+			for i, e := range picks {
+				tok := f.Reshape(f.Slice(xa, []int{i / 2, 0, 0, 0}, []int{i/2 + 1, 1, 1, in}), 1, in)
+				m := f.Reshape(f.Slice(experts, []int{int(e), 0, 0}, []int{int(e) + 1, out, in}), out, in)
+				rows = append(rows, f.MatMul(tok, f.Transpose(m, 1, 0)))
+			}
+			return f.ToFloat32s(f.Concatenate(0, rows...))
+		}
+		check := func(name string, got, ref []float32, tol float64) {
+			t.Helper()
+			if err := f.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(ref) {
+				t.Fatalf("%s: %d values, want %d", name, len(got), len(ref))
+			}
+			for i := range ref {
+				if d := math.Abs(float64(got[i] - ref[i])); d > tol {
+					t.Fatalf("%s[%d] = %v, want %v", name, i, got[i], ref[i])
+				}
+			}
+		}
+		plain := f.GatherMM(xa, f.SwapAxes(wa, -1, -2), Array{}, idx, false)
+		if sh := plain.Shape(); len(sh) != 4 || sh[0] != 2 || sh[1] != 2 || sh[2] != 1 || sh[3] != out {
+			t.Fatalf("gather_mm shape %v, want [2 2 1 %d]", sh, out)
+		}
+		check("gather_mm", f.ToFloat32s(plain), want(wa), 1e-5)
+
+		wq, sc, bi := f.Quantize(wa, 32, 4, "mxfp4")
+		if bi.Valid() || sc.Dtype() != Uint8 {
+			t.Fatalf("mxfp4 scales %v, biases %v: want uint8 scales and no biases", sc.Dtype(), bi.Valid())
+		}
+		deq := f.Dequantize(wq, sc, Array{}, 32, 4, "mxfp4")
+		got := f.ToFloat32s(f.GatherQMM(xa, wq, sc, Array{}, Array{}, idx, true, 32, 4, "mxfp4", false))
+		check("gather_qmm mxfp4", got, want(deq), 1e-4)
+		// Sorted picks give the same products.
+		sorted := f.Int32s([]int32{0, 1, 2, 2}, 4)
+		xs := f.Reshape(f.Take(f.Reshape(xa, 2, in), f.Int32s([]int32{0, 1, 1, 0}, 4), 0), 4, 1, in)
+		gotSorted := f.ToFloat32s(f.GatherQMM(xs, wq, sc, Array{}, Array{}, sorted, true, 32, 4, "mxfp4", true))
+		unsorted := f.ToFloat32s(f.GatherQMM(xs, wq, sc, Array{}, Array{}, sorted, true, 32, 4, "mxfp4", false))
+		check("gather_qmm sorted", gotSorted, unsorted, 0)
+	})
+}
+
+// TestAddMMIsLinearWithBias checks the fused product and bias against the
+// two ops it replaces.
+func TestAddMMIsLinearWithBias(t *testing.T) {
+	onThread(t, func(s Stream) {
+		f := NewFrame(s)
+		defer f.Free()
+		a := f.Float32s([]float32{1, 2, 3, 4, 5, 6}, 2, 3)
+		b := f.Float32s([]float32{1, 0, -1, 2, 0.5, 1}, 3, 2)
+		c := f.Float32s([]float32{10, -10}, 2)
+		got := f.ToFloat32s(f.AddMM(c, a, b, 1, 1))
+		want := f.ToFloat32s(f.Add(f.MatMul(a, b), c))
+		if err := f.Err(); err != nil {
+			t.Fatal(err)
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("addmm = %v, matmul + bias = %v", got, want)
+			}
+		}
+	})
+}

@@ -480,6 +480,18 @@ int mlx_gather_qmm(mlx_array* res, const mlx_array x, const mlx_array w, const m
   });
 }
 
+int mlx_addmm(mlx_array* res, const mlx_array c, const mlx_array a, const mlx_array b, float alpha, float beta,
+              const mlx_stream s) {
+  return guard([&] { set(res, mx::addmm(arr(c), arr(a), arr(b), alpha, beta, strm(s))); });
+}
+
+int mlx_gather_mm(mlx_array* res, const mlx_array a, const mlx_array b, const mlx_array lhs_indices,
+                  const mlx_array rhs_indices, bool sorted_indices, const mlx_stream s) {
+  return guard([&] {
+    set(res, mx::gather_mm(arr(a), arr(b), opt(lhs_indices), opt(rhs_indices), sorted_indices, strm(s)));
+  });
+}
+
 int mlx_fast_rms_norm(mlx_array* res, const mlx_array x, const mlx_array weight, float eps, const mlx_stream s) {
   return guard([&] { set(res, mx::fast::rms_norm(arr(x), opt(weight), eps, strm(s))); });
 }

@@ -73,6 +73,12 @@ type Config struct {
 	AttnScale float32
 	// FinalLogitSoftcap, when positive, maps logits to c*tanh(logits/c).
 	FinalLogitSoftcap float32
+	// Gemma4 holds the Gemma 4 text decoder's further facts (Arch
+	// "gemma4"); nil for every other architecture.
+	Gemma4 *Gemma4Facts
+	// GPTOSS holds gpt-oss's mixture-of-experts facts (Arch "gpt_oss");
+	// nil for every other architecture.
+	GPTOSS *GPTOSSFacts
 }
 
 // Validate checks the facts a forward pass relies on.

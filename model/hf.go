@@ -40,6 +40,52 @@ type hfQuant struct {
 	GroupSize int    `json:"group_size"`
 	Bits      int    `json:"bits"`
 	Mode      string `json:"mode"`
+	// Modules holds the per-module entries MLX checkpoints put beside the
+	// defaults (keyed by module path, e.g. "model.embed_tokens") when some
+	// tensors are quantized with other bits or group sizes.
+	Modules map[string]hfQuant `json:"-"`
+}
+
+// UnmarshalJSON reads the defaults and every per-module object; other
+// entries (such as false for a module left unquantized, whose tensors
+// then carry no scales) are ignored.
+func (q *hfQuant) UnmarshalJSON(b []byte) error {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(b, &fields); err != nil {
+		return err
+	}
+	type plain hfQuant
+	var p plain
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	*q = hfQuant(p)
+	for k, raw := range fields {
+		if !strings.HasPrefix(strings.TrimSpace(string(raw)), "{") {
+			continue
+		}
+		var m hfQuant
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return fmt.Errorf("quantization %q: %w", k, err)
+		}
+		if q.Modules == nil {
+			q.Modules = map[string]hfQuant{}
+		}
+		q.Modules[k] = m
+	}
+	return nil
+}
+
+// forModule returns the quantization of one module: its own entry where
+// it has one, the defaults otherwise.
+func (q *hfQuant) forModule(module string) *hfQuant {
+	if m, ok := q.Modules[module]; ok {
+		if m.Mode == "" {
+			m.Mode = q.Mode
+		}
+		return &m
+	}
+	return q
 }
 
 // ReadHFConfig parses an HF config.json into a Config without loading any
@@ -191,7 +237,7 @@ func readHF(dir string) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	if configOnly(cfg.Arch) {
+	if configOnly(cfg.Arch) && !isGemma4(cfg.Arch) && !isGPTOSS(cfg.Arch) {
 		return nil, fmt.Errorf("%w: %s is described from its config only; no adapter loads its weights", ErrUnsupportedArch, cfg.Arch)
 	}
 	m := &Model{Format: "hf", Path: dir}
@@ -216,6 +262,15 @@ func readHF(dir string) (*Model, error) {
 		cfg.EOS = gemma3EOS(m, cfg.EOS)
 		check = checkGemma3Tensors
 	}
+	if cfg.Arch == "gemma4" {
+		cfg.EOS = gemma4EOS(m, cfg.EOS)
+		check = checkGemma4Tensors
+	}
+	read := m.readSafetensors
+	if isGPTOSS(cfg.Arch) {
+		check = checkGPTOSSTensors
+		read = func(st *safetensors.Dir, q *hfQuant) error { return m.readGPTOSSSafetensors(st, &cfg, q) }
+	}
 
 	st, err := safetensors.OpenDir(dir)
 	if err != nil {
@@ -226,7 +281,7 @@ func readHF(dir string) (*Model, error) {
 	if q == nil {
 		q = hc.QuantizationConfig
 	}
-	if err := m.readSafetensors(st, q); err != nil {
+	if err := read(st, q); err != nil {
 		m.Close()
 		return nil, err
 	}
@@ -235,6 +290,9 @@ func readHF(dir string) (*Model, error) {
 			m.Close()
 			return nil, err
 		}
+	}
+	if cfg.Arch == "gemma4" {
+		m.adaptGemma4HF(cfg)
 	}
 	if _, ok := m.Tensors["lm_head.weight"]; !ok {
 		cfg.TiedEmbedding = true
@@ -310,7 +368,11 @@ func (m *Model) readSafetensors(st *safetensors.Dir, q *hfQuant) error {
 		t := &Tensor{Name: name, Shape: info.Shape, DType: dt, Data: data}
 		base := strings.TrimSuffix(name, ".weight")
 		if sf, si, ok := st.Lookup(base + ".scales"); ok && base != name {
-			if q == nil || q.Bits == 0 || q.GroupSize == 0 {
+			if q == nil {
+				return fmt.Errorf("%w: %s is quantized but config.json has no quantization", ErrBadConfig, name)
+			}
+			q := q.forModule(base)
+			if q.Bits == 0 || q.GroupSize == 0 {
 				return fmt.Errorf("%w: %s is quantized but config.json has no quantization", ErrBadConfig, name)
 			}
 			if dt != mlx.Uint32 || len(info.Shape) != 2 {

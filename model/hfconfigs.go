@@ -9,10 +9,10 @@ import (
 	"github.com/goprovider/provider/mlx"
 )
 
-// Architectures described from their config.json alone. gpt-oss and Gemma 4
-// have no adapter: ReadHFConfig reads their layer kinds and shapes so they can
-// be sized and reported, Open refuses their weights with ErrUnsupportedArch,
-// and nothing here claims to run them.
+// Architectures described from their config.json by their own readers:
+// ReadHFConfig reads their layer kinds and shapes so they can be sized and
+// reported. gpt-oss (hf_gptoss.go) and Gemma 4's text decoder
+// (hf_gemma4.go) load.
 
 // configOnly reports whether an HF model_type is read for description only.
 func configOnly(modelType string) bool {
@@ -151,6 +151,11 @@ type hfGPTOSS struct {
 	RopeTheta        float64        `json:"rope_theta"`
 	RopeScaling      map[string]any `json:"rope_scaling"`
 	AttentionBias    *bool          `json:"attention_bias"`
+	// The forward pass's facts (hf_gptoss.go).
+	NumExpertsPerTok int      `json:"num_experts_per_tok"`
+	ExpertsPerToken  int      `json:"experts_per_token"`
+	SwiGLUAlpha      *float64 `json:"swiglu_alpha"`
+	SwiGLULimit      *float64 `json:"swiglu_limit"`
 }
 
 // describeGPTOSS reads a gpt-oss config: layers alternate a sliding window
@@ -167,7 +172,7 @@ func describeGPTOSS(data []byte) (describedHF, error) {
 		return describedHF{}, err
 	}
 	c.Intermediate = hc.IntermediateSize
-	// rope_scaling (YaRN) is not represented: no forward pass reads it.
+	// gptossFacts adds rope_scaling (YaRN) to this unscaled rotation.
 	c.RoPE = RoPE{Dims: c.HeadDim, Base: float32(hc.RopeTheta), Scale: 1}
 	types := hc.LayerTypes
 	if types == nil {
@@ -190,6 +195,9 @@ func describeGPTOSS(data []byte) (describedHF, error) {
 	}
 	if hc.NumLocalExperts <= 0 {
 		return describedHF{}, fmt.Errorf("%w: gpt_oss without num_local_experts", ErrBadConfig)
+	}
+	if err := hc.gptossFacts(&c); err != nil {
+		return describedHF{}, err
 	}
 
 	bias := func(n int) int64 {
@@ -226,11 +234,6 @@ func describeGPTOSS(data []byte) (describedHF, error) {
 	if note != "" {
 		d.notes = append(d.notes, note)
 	}
-	if rs := hc.RopeScaling; rs != nil {
-		if kind, _ := rs["rope_type"].(string); kind != "" && kind != "default" {
-			d.notes = append(d.notes, fmt.Sprintf("rope_scaling %q (factor %v) is part of the architecture; no adapter applies it yet", kind, rs["factor"]))
-		}
-	}
 	return d, nil
 }
 
@@ -257,6 +260,9 @@ type hfGemma4Text struct {
 	HiddenSizePerLayerInput int                       `json:"hidden_size_per_layer_input"`
 	VocabSizePerLayerInput  int                       `json:"vocab_size_per_layer_input"`
 	UseDoubleWideMLP        bool                      `json:"use_double_wide_mlp"`
+	TopKExperts             int                       `json:"top_k_experts"`
+	HiddenActivation        string                    `json:"hidden_activation"`
+	UseBidirectional        json.RawMessage           `json:"use_bidirectional_attention"`
 }
 
 // describeGemma4 reads a Gemma 4 config; for model_type gemma4 the language
@@ -314,7 +320,9 @@ func (hc *hfGemma4Text) describe(outerEOS []int32) (describedHF, error) {
 	// Global (full-attention) layers have their own KV head count and head
 	// size; a config that leaves them out uses the sliding layers' values.
 	globalHeads, globalDim := hc.NumGlobalKVHeads, hc.GlobalHeadDim
-	if globalHeads == 0 {
+	if globalHeads == 0 || !hc.AttentionKEqV {
+		// As HF transformers and mlx-lm read it: the global KV head count
+		// only applies to checkpoints whose global layers use keys as values.
 		globalHeads = c.KVHeads
 	}
 	if globalDim == 0 {
@@ -360,6 +368,9 @@ func (hc *hfGemma4Text) describe(outerEOS []int32) (describedHF, error) {
 		return describedHF{}, fmt.Errorf("%w: gemma4 MoE block without num_experts or moe_intermediate_size", ErrBadConfig)
 	}
 
+	if err := hc.gemma4Facts(&c, widths); err != nil {
+		return describedHF{}, err
+	}
 	d := describedHF{cfg: c, parts: hc.weightParts(c, types, widths)}
 	if note != "" {
 		d.notes = append(d.notes, note)

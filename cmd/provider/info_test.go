@@ -56,7 +56,7 @@ func TestInfoPublishedConfigs(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := runInfoJSON(t, append([]string{"--model", tt.path}, tt.tokens...)...)
-			if r.ModelType != tt.modelType || r.Source != tt.source || r.Adapter != nil {
+			if r.ModelType != tt.modelType || r.Source != tt.source || r.Adapter == nil || *r.Adapter != tt.modelType {
 				t.Errorf("model_type %q source %q adapter %v", r.ModelType, r.Source, r.Adapter)
 			}
 			if r.KVBytesPerToken != tt.perToken || r.AdoptionBound != tt.adoption {

@@ -34,6 +34,13 @@ func SmolLM2() string {
 // everything when the test ends. A zero KVCapacity becomes 64 MiB.
 func Start(tb testing.TB, path string, opt engine.Options) (*engine.Engine, *model.Model) {
 	tb.Helper()
+	return StartWrapped(tb, path, opt, nil)
+}
+
+// StartWrapped is Start with the network passed through wrap (when not nil)
+// before the engine gets it, for tests that script a network's failures.
+func StartWrapped(tb testing.TB, path string, opt engine.Options, wrap func(model.Network) model.Network) (*engine.Engine, *model.Model) {
+	tb.Helper()
 	if _, err := os.Stat(path); err != nil {
 		tb.Fatalf("%s is missing: run `make setup` (%v)", path, err)
 	}
@@ -57,6 +64,9 @@ func Start(tb testing.TB, path string, opt engine.Options) (*engine.Engine, *mod
 	}
 	if opt.KVCapacity == 0 {
 		opt.KVCapacity = 64 << 20
+	}
+	if wrap != nil {
+		net = wrap(net)
 	}
 	e := engine.New(net, th, s, opt)
 	tb.Cleanup(func() {

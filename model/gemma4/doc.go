@@ -1,0 +1,61 @@
+// Package gemma4 is the Gemma 4 text decoder's forward pass on MLX, for HF
+// checkpoints of model_type gemma4 (the text_config of the multimodal
+// model; its vision and audio towers are not read) or gemma4_text.
+//
+// Architecture, as HF transformers and mlx-lm define it:
+//   - Embeddings scaled by sqrt(hidden); every RMSNorm multiplies by its
+//     weight w itself (Gemma 3 used 1+w).
+//   - Each layer: pre- and post-norm around attention and around the
+//     feed-forward block, then a learned per-layer scalar multiplies the
+//     whole residual stream.
+//   - Attention: per-head RMSNorm of queries and keys, RMSNorm without
+//     scale of values, and no further scaling of query-key products (scale
+//     1). Sliding-window layers and full-attention (global) layers
+//     interleave (layer_types); global layers may have a larger head and,
+//     when keys double as values (attention_k_eq_v), their own KV head
+//     count and no value projection: the values are then the unrotated,
+//     scale-free-normalized key projection.
+//   - RoPE: sliding layers rotate the whole head with their own base;
+//     global layers use proportional RoPE, which rotates only the first
+//     fraction of the pairs, with periods base^(2i/headDim) over the whole
+//     head size, and leaves the other pairs as they are.
+//   - Feed-forward: a GELU (tanh approximation) gated MLP; with the
+//     mixture-of-experts block, a router (RMSNorm without scale of the
+//     residual, times a learned scale and 1/sqrt(hidden), projected to
+//     expert scores; softmax over the top k; times a per-expert scale)
+//     picks k experts whose weighted outputs, normed, are added to the
+//     normed dense MLP output before the post-feed-forward norm.
+//   - Per-layer inputs (the small models): a second embedding table gives
+//     every token a vector per layer, mixed with a normalized projection of
+//     the token's embedding; each layer gates it with its residual stream
+//     and adds it back through a projection and a norm.
+//   - KV sharing (the small models): the last num_kv_shared_layers layers
+//     compute queries only and attend over the keys and values of the last
+//     earlier layer of their attention type, as that layer stored them in
+//     the same step.
+//   - Final norm, output head (tied to the embedding unless lm_head is
+//     present), logit softcapping c*tanh(x/c).
+//
+// Forward follows the gemma3 package's batching: rows that decode one
+// token share every matmul; attention runs per row over that row's cache,
+// so a row's result does not depend on its batch; prefill rows run alone.
+// The expert block reads the router's choices back to the host once per
+// layer and runs each chosen expert once over the tokens that chose it.
+//
+// Sliding-window attention: a query at position p sees the keys at
+// positions p-Window+1 .. p. A sliding layer's cache is a ring of at most
+// Window tokens (position p in slot p mod Window); a prefill chunk attends
+// over the ring's previous contents followed by its own keys under an
+// explicit window mask, then keeps its last Window keys.
+//
+// Invariants:
+//   - A layer that reuses another's KV (LayerKind.SharedFrom >= 0) holds no
+//     cache buffers; Bytes counts only storage-owning layers.
+//   - A global layer holds ceil(Len/cacheStep)*cacheStep slots; a sliding
+//     layer min(that, Window): once Len reaches the window its size is
+//     constant and equals what the KV-byte ledger charges for it.
+//   - A Cache only changes through Forward; its arrays are owned by the Cache
+//     and released by Free; all calls run on the MLX thread.
+//
+// This package imports only mlx and model; it knows nothing of the engine.
+package gemma4

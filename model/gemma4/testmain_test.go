@@ -1,0 +1,178 @@
+package gemma4
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/goprovider/provider/mlx"
+	"github.com/goprovider/provider/model"
+)
+
+// refDir holds the tiny random checkpoints and their mlx-lm fixtures
+// (scripts/gen_gemma4_fixtures.py).
+const refDir = "../../testdata/ref/gemma4_tiny"
+
+// refModels are the checkpoints: moe is shaped like gemma-4-26B-A4B, ple
+// like the small models with per-layer inputs and KV sharing.
+var refModels = []string{"moe", "ple"}
+
+// loaded is a checkpoint uploaded on its own MLX thread with a network over
+// it, shared by the tests of the package and released by TestMain.
+type loaded struct {
+	m   *model.Model
+	th  *mlx.Thread
+	s   mlx.Stream
+	w   *model.Weights
+	net *Model
+	cfg model.Config
+}
+
+var (
+	loadedMu sync.Mutex
+	loads    = map[string]*loaded{}
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	for _, l := range loads {
+		l.th.Do(func() {
+			l.w.Free()
+			l.s.Free()
+		})
+		l.th.Close()
+		l.m.Close()
+	}
+	os.Exit(code)
+}
+
+// load opens and uploads one reference checkpoint once, with the
+// checkpoint's own (float32) activations.
+func load(tb testing.TB, name string) *loaded { return loadAs(tb, name, 0) }
+
+// loadAs is load with activations, cache and float weights in act (0, an
+// invalid activation dtype, keeps the checkpoint's).
+func loadAs(tb testing.TB, name string, act mlx.Dtype) *loaded {
+	tb.Helper()
+	loadedMu.Lock()
+	defer loadedMu.Unlock()
+	key := fmt.Sprintf("%s/%v", name, act)
+	if l := loads[key]; l != nil {
+		return l
+	}
+	m, err := model.Open(filepath.Join(refDir, name))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if act != 0 {
+		m.Config.ActDType = act
+	}
+	l := &loaded{m: m, th: mlx.NewThread(), cfg: m.Config}
+	l.th.Do(func() {
+		l.s = mlx.DefaultStream()
+		if l.w, err = m.Upload(l.s); err == nil {
+			l.net, err = New(m.Config, l.w)
+		}
+	})
+	if err != nil {
+		l.th.Do(func() {
+			if l.w != nil {
+				l.w.Free()
+			}
+			l.s.Free()
+		})
+		l.th.Close()
+		m.Close()
+		tb.Fatal(err)
+	}
+	loads[key] = l
+	return l
+}
+
+// step runs one Forward of several rows and returns their logits, row-major.
+func (l *loaded) step(tb testing.TB, rows [][]int32, caches []*Cache) []float32 {
+	tb.Helper()
+	var out []float32
+	var err error
+	l.th.Do(func() {
+		f := mlx.NewFrame(l.s)
+		defer f.Free()
+		gen := make([]model.Cache, len(caches))
+		for i, c := range caches {
+			gen[i] = c
+		}
+		out = f.ToFloat32s(l.net.Forward(f, rows, gen))
+		err = f.Err()
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return out
+}
+
+// newCache returns an empty cache released when the test ends.
+func (l *loaded) newCache(tb testing.TB) *Cache {
+	c := l.net.newCache()
+	tb.Cleanup(func() { l.th.Do(c.Free) })
+	return c
+}
+
+type refPrompt struct {
+	PromptTokens []int32 `json:"prompt_tokens"`
+	Generated    []int32 `json:"generated_tokens"`
+	MinMargin    float64 `json:"min_margin"`
+	Logits       string  `json:"logits"`
+	BF16Logits   string  `json:"bf16_logits"`
+}
+
+type refFixture struct {
+	Reference map[string]string `json:"reference"`
+	Vocab     int               `json:"vocab"`
+	Window    int               `json:"window"`
+	Steps     int               `json:"steps"`
+	Prompts   []refPrompt       `json:"prompts"`
+}
+
+func readFixture(tb testing.TB, name string) *refFixture {
+	tb.Helper()
+	raw, err := os.ReadFile(filepath.Join(refDir, name, "fixture.json"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var fx refFixture
+	if err := json.Unmarshal(raw, &fx); err != nil {
+		tb.Fatal(err)
+	}
+	return &fx
+}
+
+func readF32(tb testing.TB, path string) []float32 {
+	tb.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out := make([]float32, len(raw)/4)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+	}
+	return out
+}
+
+func maxAbsDiff(a, b []float32) (float64, int) {
+	if len(a) != len(b) {
+		return math.Inf(1), -1
+	}
+	worst, at := 0.0, -1
+	for i := range a {
+		if d := math.Abs(float64(a[i]) - float64(b[i])); d > worst || math.IsNaN(d) {
+			worst, at = d, i
+		}
+	}
+	return worst, at
+}

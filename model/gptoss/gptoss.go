@@ -1,0 +1,401 @@
+package gptoss
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/goprovider/provider/mlx"
+	"github.com/goprovider/provider/model"
+)
+
+// sortAt is the number of routed (token, expert) pairs from which the
+// expert products run sorted by expert: below it the gather kernels touch
+// few matrices anyway (a decode step), above it grouping the rows of each
+// expert pays for the two sorts (prefill).
+const sortAt = 64
+
+// affine is y = x W^T + b.
+type affine struct {
+	w *model.Weight
+	b mlx.Array
+}
+
+// apply rounds a dense product and its bias once, as a fused linear layer
+// does; a packed product is rounded before its bias is added.
+func (a affine) apply(f *mlx.Frame, x mlx.Array) mlx.Array {
+	if a.w.Quantized() {
+		return f.Add(a.w.Linear(f, x), a.b)
+	}
+	return f.AddMM(a.b, x, f.Transpose(a.w.W, 1, 0), 1, 1)
+}
+
+// expertStack is one projection of every expert of a layer with its
+// biases: W is [experts, out, in] (packed or not), or [experts, in, out]
+// when inRows (HF transformers' dense layout).
+type expertStack struct {
+	w      *model.Weight
+	inRows bool
+	bias   mlx.Array // [experts, out]
+}
+
+// apply multiplies each row of x by the experts idx names and adds their
+// biases. Unsorted, x is [N, 1, 1, in] and idx [N, k]: the result is
+// [N, k, 1, out]. Sorted, x is [M, 1, in] and idx [M] ascending: the result
+// is [M, 1, out].
+func (e *expertStack) apply(f *mlx.Frame, x, idx mlx.Array, sorted bool) mlx.Array {
+	var y mlx.Array
+	switch w := e.w; {
+	case w.Quantized():
+		y = f.GatherQMM(x, w.W, w.Scales, w.Biases, mlx.Array{}, idx, true, w.GroupSize, w.Bits, w.Mode, sorted)
+	case e.inRows:
+		y = f.GatherMM(x, w.W, mlx.Array{}, idx, sorted)
+	default:
+		y = f.GatherMM(x, f.SwapAxes(w.W, -1, -2), mlx.Array{}, idx, sorted)
+	}
+	return f.Add(y, f.ExpandDims(f.Take(e.bias, idx, 0), -2))
+}
+
+// experts is a layer's mixture: the gate and up projections either apart
+// or fused with their output features alternating gate, up (gateUp).
+type experts struct {
+	gate, up, gateUp, down expertStack
+	fused                  bool
+}
+
+type layer struct {
+	inNorm, postNorm *model.Weight
+	q, k, v, o       affine
+	sinks            mlx.Array // [heads]
+	router           affine
+	moe              experts
+	window           int // 0: full attention
+}
+
+// Model is a gpt-oss network bound to device weights.
+type Model struct {
+	cfg       model.Config
+	facts     model.GPTOSSFacts
+	embed     *model.Weight
+	norm      *model.Weight
+	lmHead    *model.Weight
+	layers    []layer
+	attnScale float32
+	freqs     mlx.Array // YaRN periods per rotated pair; zero without scaling
+}
+
+// New binds the forward pass to uploaded weights; it runs on the MLX
+// thread. Packed matrices (cfg.GPTOSS.Packed) are used as they are, through
+// MLX's quantized kernels.
+func New(cfg model.Config, w *model.Weights) (*Model, error) {
+	if cfg.Arch != "gpt_oss" || cfg.GPTOSS == nil {
+		return nil, fmt.Errorf("gptoss: %w: %q", model.ErrUnsupportedArch, cfg.Arch)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("gptoss: %w", err)
+	}
+	g := *cfg.GPTOSS
+	if g.Experts <= 0 || g.PerToken <= 0 || g.PerToken > g.Experts {
+		return nil, fmt.Errorf("gptoss: %w: %d of %d experts per token", model.ErrBadConfig, g.PerToken, g.Experts)
+	}
+	if cfg.RoPE.Dims != cfg.HeadDim || cfg.RoPE.Traditional || cfg.LocalRoPE.Dims != 0 {
+		return nil, fmt.Errorf("gptoss: %w: rope %+v", model.ErrUnsupportedArch, cfg.RoPE)
+	}
+	m := &Model{cfg: cfg, facts: g, attnScale: cfg.AttnScale}
+	if m.attnScale == 0 {
+		m.attnScale = float32(1 / math.Sqrt(float64(cfg.HeadDim)))
+	}
+	b := binder{w: w, packed: g.Packed}
+	m.embed, m.norm = b.matrix("model.embed_tokens.weight"), b.vector("model.norm.weight")
+	m.lmHead = m.embed
+	if !cfg.TiedEmbedding {
+		m.lmHead = b.matrix("lm_head.weight")
+	}
+	has := func(n string) bool { return w.Get(n) != nil }
+	m.layers = make([]layer, cfg.Layers)
+	for i := range m.layers {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		l := &m.layers[i]
+		l.inNorm, l.postNorm = b.vector(p+"input_layernorm.weight"), b.vector(p+"post_attention_layernorm.weight")
+		l.q, l.k = b.affine(p+"self_attn.q_proj"), b.affine(p+"self_attn.k_proj")
+		l.v, l.o = b.affine(p+"self_attn.v_proj"), b.affine(p+"self_attn.o_proj")
+		if s := b.vector(p + "self_attn.sinks"); s != nil {
+			l.sinks = s.W
+		}
+		l.router = b.affine(p + "mlp.router")
+		e := p + "mlp.experts."
+		switch layout := model.GPTOSSExpertLayout(has, i); layout {
+		case "split":
+			l.moe.gate, l.moe.up, l.moe.down = b.experts(e+"gate_proj", false), b.experts(e+"up_proj", false), b.experts(e+"down_proj", false)
+		case "fused":
+			l.moe.fused = true
+			l.moe.gateUp, l.moe.down = b.experts(e+"gate_up_proj", false), b.experts(e+"down_proj", false)
+		case "dense":
+			l.moe.fused = true
+			l.moe.gateUp, l.moe.down = b.experts(e+"gate_up_proj", true), b.experts(e+"down_proj", true)
+		default:
+			b.fail(fmt.Errorf("%w: %s: no expert tensors", model.ErrMissingTensor, e))
+		}
+		kind := cfg.Kinds[i]
+		if kind.SharedFrom >= 0 || kind.KVHeads != cfg.KVHeads || kind.HeadDim != cfg.HeadDim || kind.Window < 0 {
+			b.fail(fmt.Errorf("%w: layer %d kind %+v", model.ErrBadConfig, i, kind))
+		}
+		l.window = kind.Window
+	}
+	if b.err != nil {
+		return nil, fmt.Errorf("gptoss: %w", b.err)
+	}
+	if cfg.RoPE.Freqs != nil {
+		freqs, err := mlx.FromFloat32s(cfg.RoPE.Freqs, len(cfg.RoPE.Freqs))
+		if err != nil {
+			return nil, fmt.Errorf("gptoss: %w", err)
+		}
+		m.freqs = freqs
+	}
+	return m, nil
+}
+
+// binder looks weights up by name, keeping the first failure.
+type binder struct {
+	w      *model.Weights
+	packed map[string]model.QuantLevel
+	err    error
+}
+
+func (b *binder) fail(err error) {
+	if b.err == nil {
+		b.err = err
+	}
+}
+
+func (b *binder) vector(name string) *model.Weight {
+	x := b.w.Get(name)
+	if x == nil {
+		b.fail(fmt.Errorf("%w: %s", model.ErrMissingTensor, name))
+	}
+	return x
+}
+
+// matrix is a weight matrix (or expert stack); a packed one is joined to
+// its scales and biases, which the loader keeps as tensors of their own.
+// The joined Weight shares their arrays, which stay owned by the Weights.
+func (b *binder) matrix(name string) *model.Weight {
+	x := b.vector(name)
+	level, ok := b.packed[name]
+	if x == nil || !ok {
+		return x
+	}
+	base := strings.TrimSuffix(name, ".weight")
+	joined := &model.Weight{W: x.W, Bits: level.Bits, GroupSize: level.GroupSize, Mode: level.Mode}
+	if s := b.vector(base + ".scales"); s != nil {
+		joined.Scales = s.W
+	}
+	if bi := b.w.Get(base + ".biases"); bi != nil {
+		joined.Biases = bi.W
+	}
+	return joined
+}
+
+func (b *binder) affine(module string) affine {
+	a := affine{w: b.matrix(module + ".weight")}
+	if bias := b.vector(module + ".bias"); bias != nil {
+		a.b = bias.W
+	}
+	return a
+}
+
+// experts binds an expert stack: module.weight in the split and fused
+// layouts, the bare HF name in the dense one.
+func (b *binder) experts(module string, inRows bool) expertStack {
+	name := module + ".weight"
+	if inRows {
+		name = module
+	}
+	e := expertStack{w: b.matrix(name), inRows: inRows}
+	if bias := b.vector(module + ".bias"); bias != nil {
+		e.bias = bias.W
+	}
+	return e
+}
+
+// Config is the architecture the model was built with.
+func (m *Model) Config() model.Config { return m.cfg }
+
+// Close releases what the Model created (the YaRN periods); the weights
+// belong to the caller.
+func (m *Model) Close() {
+	m.freqs.Free()
+	m.freqs = mlx.Array{}
+}
+
+// NewCache returns an empty cache for one sequence.
+func (m *Model) NewCache() model.Cache { return newCache(m.cfg.Kinds) }
+
+// Forward appends tokens[i] to caches[i] for every row and returns the
+// logits of each row's last new position, [rows, vocab] in float32. Every
+// row needs at least one token. The returned array belongs to f.
+func (m *Model) Forward(f *mlx.Frame, tokens [][]int32, generic []model.Cache) mlx.Array {
+	if len(tokens) != len(generic) || len(tokens) == 0 {
+		f.Fail(fmt.Errorf("gptoss: %d token rows for %d caches", len(tokens), len(generic)))
+		return mlx.Array{}
+	}
+	caches := make([]*Cache, len(generic))
+	for i, g := range generic {
+		c, ok := g.(*Cache)
+		if !ok || len(c.layers) != m.cfg.Layers {
+			f.Fail(fmt.Errorf("gptoss: row %d: cache of type %T is not this model's", i, g))
+			return mlx.Array{}
+		}
+		caches[i] = c
+	}
+	return model.ForwardRows(f, "gptoss", m.cfg.Vocab, tokens, caches, func(t [][]int32, c []*Cache) mlx.Array {
+		return m.forward(f, t, c)
+	})
+}
+
+// forward runs rows that all add the same number of tokens T.
+func (m *Model) forward(f *mlx.Frame, tokens [][]int32, caches []*Cache) mlx.Array {
+	c := m.cfg
+	B, T := len(tokens), len(tokens[0])
+	flat := make([]int32, 0, B*T)
+	offsets := make([]int32, B)
+	for i, t := range tokens {
+		for _, id := range t {
+			if id < 0 || int(id) >= c.Vocab {
+				f.Fail(fmt.Errorf("gptoss: token id %d outside vocabulary of %d", id, c.Vocab))
+				return mlx.Array{}
+			}
+		}
+		flat = append(flat, t...)
+		offsets[i] = int32(caches[i].n)
+	}
+	for _, cc := range caches {
+		cc.reserve(f, c, T)
+	}
+	var offs mlx.Array
+	if B > 1 {
+		offs = f.Int32s(offsets, B)
+	}
+	x := f.AsType(m.embed.Embed(f, f.Int32s(flat, B, T)), c.ActDType)
+	for li := range m.layers {
+		l := &m.layers[li]
+		a := m.attention(f, l, li, f.RMSNorm(x, l.inNorm.W, c.NormEps), caches, offsets, offs)
+		x = f.Add(x, a)
+		x = f.Add(x, m.mixture(f, l, f.RMSNorm(x, l.postNorm.W, c.NormEps)))
+	}
+	for _, cc := range caches {
+		cc.n += T
+	}
+	if T > 1 {
+		x = f.Slice(x, []int{0, T - 1, 0}, []int{B, T, c.Hidden})
+	}
+	x = f.RMSNorm(x, m.norm.W, c.NormEps)
+	return f.AsType(f.Reshape(m.lmHead.Linear(f, x), B, c.Vocab), mlx.Float32)
+}
+
+// attention for rows adding T tokens each; h is [B, T, hidden].
+func (m *Model) attention(f *mlx.Frame, l *layer, li int, h mlx.Array, caches []*Cache, offsets []int32, offs mlx.Array) mlx.Array {
+	c := m.cfg
+	B, T, D := len(caches), h.Dim(1), c.HeadDim
+	heads := func(a affine, n int) mlx.Array {
+		return f.Transpose(f.Reshape(a.apply(f, h), B, T, n, D), 0, 2, 1, 3)
+	}
+	yarn := f.AsType(f.Scalar(m.facts.YaRNFactor), c.ActDType)
+	rope := func(x mlx.Array) mlx.Array {
+		if m.facts.YaRNFactor != 1 {
+			// YaRN's attention factor scales both queries and keys.
+			x = f.Multiply(x, yarn)
+		}
+		if B == 1 {
+			return f.RoPE(x, D, false, c.RoPE.Base, c.RoPE.Scale, int(offsets[0]), m.freqs)
+		}
+		return f.RoPEOffsets(x, D, false, c.RoPE.Base, c.RoPE.Scale, offs, m.freqs)
+	}
+	q, k, v := rope(heads(l.q, c.Heads)), rope(heads(l.k, c.KVHeads)), heads(l.v, c.KVHeads)
+	sinks := f.AsType(l.sinks, c.ActDType)
+	rows := make([]mlx.Array, B)
+	for i, cc := range caches {
+		qi, ki, vi := q, k, v
+		if B > 1 {
+			qi = f.Slice(q, []int{i, 0, 0, 0}, []int{i + 1, c.Heads, T, D})
+			ki = f.Slice(k, []int{i, 0, 0, 0}, []int{i + 1, c.KVHeads, T, D})
+			vi = f.Slice(v, []int{i, 0, 0, 0}, []int{i + 1, c.KVHeads, T, D})
+		}
+		keys, values, mode, mask := cc.layers[li].attend(f, cc.n, ki, vi)
+		rows[i] = f.Attention(qi, keys, values, m.attnScale, mode, mask, sinks)
+	}
+	o := rows[0]
+	if B > 1 {
+		o = f.Concatenate(0, rows...)
+	}
+	return l.o.apply(f, f.Reshape(f.Transpose(o, 0, 2, 1, 3), B, T, c.Heads*D))
+}
+
+// mixture is the routed MLP: the router picks each token's PerToken
+// highest-scoring experts, their scores are softmaxed among themselves, and
+// the token's output is the so-weighted sum of those experts' clamped
+// SwiGLU MLPs. h is [B, T, hidden].
+func (m *Model) mixture(f *mlx.Frame, l *layer, h mlx.Array) mlx.Array {
+	B, T, H := h.Dim(0), h.Dim(1), h.Dim(2)
+	E, K := m.facts.Experts, m.facts.PerToken
+	N := B * T
+	x := f.Reshape(h, N, H)
+	scores := l.router.apply(f, x)
+	idx := f.Slice(f.Argpartition(scores, E-K, -1), []int{0, E - K}, []int{N, E})
+	weights := f.Softmax(f.TakeAlongAxis(scores, idx, -1), -1, true)
+
+	var out mlx.Array
+	if N*K < sortAt {
+		out = m.experts(f, &l.moe, f.Reshape(x, N, 1, 1, H), idx, false) // [N, K, 1, H]
+	} else {
+		// Rows ordered by expert: each (token, expert) pair becomes a row
+		// of its token's input, and the results go back in pair order.
+		pairs := f.Reshape(idx, N*K)
+		order := f.Argsort(pairs, 0)
+		tokenOf := make([]int32, N*K)
+		for j := range tokenOf {
+			tokenOf[j] = int32(j / K)
+		}
+		rows := f.Take(f.Reshape(x, N, 1, H), f.Take(f.Int32s(tokenOf, N*K), order, 0), 0)
+		y := m.experts(f, &l.moe, rows, f.Take(pairs, order, 0), true) // [N*K, 1, H]
+		out = f.Reshape(f.Take(y, f.Argsort(order, 0), 0), N, K, 1, H)
+	}
+	out = f.Multiply(f.Squeeze(out, -2), f.ExpandDims(weights, -1))
+	return f.Reshape(f.Sum(out, -2, false), B, T, H)
+}
+
+// experts runs the routed rows through their experts' MLPs (see
+// expertStack.apply for the shapes).
+func (m *Model) experts(f *mlx.Frame, e *experts, x, idx mlx.Array, sorted bool) mlx.Array {
+	var gate, up mlx.Array
+	if e.fused {
+		gu := e.gateUp.apply(f, x, idx, sorted)
+		sh := gu.Shape()
+		lead, width := sh[:len(sh)-1], sh[len(sh)-1]/2
+		pairs := f.Reshape(gu, append(append([]int{}, lead...), width, 2)...)
+		half := func(j int) mlx.Array {
+			start := make([]int, len(lead)+2)
+			stop := append(append([]int{}, lead...), width, j+1)
+			start[len(start)-1] = j
+			return f.Reshape(f.Slice(pairs, start, stop), append(append([]int{}, lead...), width)...)
+		}
+		gate, up = half(0), half(1)
+	} else {
+		up, gate = e.up.apply(f, x, idx, sorted), e.gate.apply(f, x, idx, sorted)
+	}
+	return e.down.apply(f, m.swiglu(f, gate, up), idx, sorted)
+}
+
+// swiglu is gpt-oss's clamped gate: (clip(up, ±limit) + 1) *
+// g*sigmoid(alpha*g) with g = min(gate, limit), in the activations' dtype.
+func (m *Model) swiglu(f *mlx.Frame, gate, up mlx.Array) mlx.Array {
+	dt := gate.Dtype()
+	k := func(v float32) mlx.Array { return f.AsType(f.Scalar(v), dt) }
+	lim := m.facts.SwiGLULimit
+	gate = f.Minimum(gate, k(lim))
+	up = f.Clip(up, k(-lim), k(lim))
+	glu := f.Multiply(gate, f.Sigmoid(f.Multiply(k(m.facts.SwiGLUAlpha), gate)))
+	return f.Multiply(f.Add(up, k(1)), glu)
+}
+
+var _ model.Network = (*Model)(nil)
