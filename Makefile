@@ -71,3 +71,12 @@ bench-cpu: setup build
 	bash scripts/setup_pyref.sh
 	go test ./model/llama -run '^$$' -bench BenchmarkSmolLM2 -benchtime 3x
 	PYTHONPATH=$(DEPS)/pyref python3 scripts/bench_llamacpp.py
+
+# Side-by-side serving benchmark: our server, mlx-lm's and llama.cpp's on
+# the default model, on this machine, with the same requests; the report
+# goes to bench/results/<machine>-<date>/. Workload sizes are variables of
+# scripts/sidebyside.sh (e.g. make bench-sidebyside MAX_TOKENS=64).
+.PHONY: bench-sidebyside
+bench-sidebyside: $(DEPS)/smollm2/.ok build
+	bash scripts/setup_peers.sh
+	bash scripts/sidebyside.sh

@@ -3,6 +3,7 @@
 //	provider generate --model PATH [--prompt TEXT] [--chat] [--max-tokens N] [--temperature T] [--seed S]
 //	provider serve [--model PATH[,PATH...]] [--addr HOST:PORT]
 //	provider info --model PATH|CONFIG.json [--tokens N]
+//	provider convert --model X.gguf --out DIR
 package main
 
 import (
@@ -20,6 +21,7 @@ commands:
   serve      serve models over an OpenAI-compatible HTTP API
   bench      measure OpenAI-compatible servers (ours or a peer) over HTTP
   info       describe a model (layer kinds, KV bytes, weights) as JSON, from its config alone if need be
+  convert    write a GGUF checkpoint as an HF/MLX directory, exactly
 `
 
 func main() {
@@ -37,6 +39,8 @@ func main() {
 		os.Exit(bench.Main(os.Args[2:], os.Stdout, os.Stderr))
 	case "info":
 		err = runInfo(os.Args[2:], os.Stdout)
+	case "convert":
+		err = runConvert(os.Args[2:], os.Stdout)
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return

