@@ -19,6 +19,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <optional>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
@@ -114,6 +116,9 @@ class Pool {
     if (const char* env = std::getenv("PROVIDER_CPU_THREADS")) {
       n = std::atoi(env);
     }
+    if (const char* env = std::getenv("PROVIDER_CPU_SPIN")) {
+      spin_ = std::atoi(env);
+    }
     resize(n);
   }
 
@@ -139,7 +144,7 @@ class Pool {
     for (;;) {
       // Spin for a while (tens of microseconds), then sleep.
       bool woke = false;
-      for (int spin = 0; spin < 20000; spin++) {
+      for (int spin = 0; spin < spin_; spin++) {
         if (gen_.load(std::memory_order_acquire) != seen) {
           woke = true;
           break;
@@ -169,6 +174,7 @@ class Pool {
   const std::function<void(int)>* fn_ = nullptr;
   int tasks_ = 0;
   int helpers_ = 0;
+  int spin_ = 20000;
 };
 
 // ---------------------------------------------------------------------------
@@ -450,9 +456,264 @@ bool use_mlx_kernel() {
   return v;
 }
 
+
+// ---------------------------------------------------------------------------
+// Small fused ops. MLX's CPU backend evaluates fast::rms_norm, fast::rope
+// and fast::scaled_dot_product_attention as graphs of a dozen generic ops
+// each; at decode sizes each op costs more in dispatch than in arithmetic,
+// and a step of a 30-layer model spends most of its time there. These run
+// each as one primitive. Every output element is computed in an order that
+// does not depend on the batch, so batching stays invariant.
+
+// View4 reads a 4-D float32 array through its strides (slices of a KV
+// buffer and transposed projections arrive as views; copying them first
+// would cost what the kernel saves).
+struct View4 {
+  const float* p;
+  int64_t s0, s1, s2, s3;
+  const float& at(int a, int b, int c, int d) const {
+    return p[a * s0 + b * s1 + c * s2 + d * s3];
+  }
+};
+
+View4 view4(const mx::array& a) {
+  const auto& st = a.strides();
+  return View4{a.data<float>(), static_cast<int64_t>(st[0]), static_cast<int64_t>(st[1]), static_cast<int64_t>(st[2]),
+               static_cast<int64_t>(st[3])};
+}
+
+float dot(const float* a, const float* b, int n) {
+  float acc[8] = {};
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int l = 0; l < 8; l++) {
+      acc[l] += a[i + l] * b[i + l];
+    }
+  }
+  float s = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+  for (; i < n; i++) {
+    s += a[i] * b[i];
+  }
+  return s;
+}
+
+void rms_norm_rows(const float* x, const float* w, size_t rows, int n, float eps, float* out) {
+  for (size_t r = 0; r < rows; r++) {
+    const float* xr = x + r * n;
+    float* o = out + r * n;
+    const float inv = 1.0f / std::sqrt(dot(xr, xr, n) / static_cast<float>(n) + eps);
+    for (int i = 0; i < n; i++) {
+      o[i] = w != nullptr ? (xr[i] * inv) * w[i] : xr[i] * inv;
+    }
+  }
+}
+
+// rope_rows rotates x [B, H, T, D] (any strides) into out (contiguous):
+// position of (b, t) is (offsets ? offsets[b] : offset) + t, times scale;
+// pair i turns by position * inv_freq[i].
+void rope_rows(const View4& x, int B, int H, int T, int D, const int32_t* offsets, int offset, float scale,
+               const std::vector<double>& inv_freq, int dims, bool traditional, float* out) {
+  const int half = dims / 2;
+  std::vector<float> c(half), sn(half);
+  for (int b = 0; b < B; b++) {
+    for (int t = 0; t < T; t++) {
+      // Angles in double: the float32 product of a large position and a
+      // frequency is off by up to half a unit in its last place, which at
+      // hundreds of radians is ~1e-5 rad, and Gemma's wide residual
+      // stream turns that into visible logit error.
+      const double pos = static_cast<double>((offsets != nullptr ? offsets[b] : offset) + t) * scale;
+      for (int i = 0; i < half; i++) {
+        const double theta = pos * inv_freq[i];
+        c[i] = static_cast<float>(std::cos(theta));
+        sn[i] = static_cast<float>(std::sin(theta));
+      }
+      for (int h = 0; h < H; h++) {
+        float* o = out + ((static_cast<size_t>(b) * H + h) * T + t) * D;
+        for (int i = 0; i < half; i++) {
+          const int i1 = traditional ? 2 * i : i;
+          const int i2 = traditional ? 2 * i + 1 : i + half;
+          const float x1 = x.at(b, h, t, i1), x2 = x.at(b, h, t, i2);
+          o[i1] = x1 * c[i] - x2 * sn[i];
+          o[i2] = x1 * sn[i] + x2 * c[i];
+        }
+        for (int d = dims; d < D; d++) {
+          o[d] = x.at(b, h, t, d);
+        }
+      }
+    }
+  }
+}
+
+// attend computes softmax(scale * q.k) v for q [B, H, T, D] against k, v
+// [B, KVH, S, D]: query t sits at position S-T+t and, when causal, sees keys
+// up to it; sinks (one logit per head, may be null) join the denominator.
+void attend(const View4& q, const View4& k, const View4& v, int B, int H, int KVH, int T, int S, int D, float scale,
+            bool causal, const float* sinks, float* out) {
+  const int rep = H / KVH;
+  const int tasks = B * H;
+  const size_t work = static_cast<size_t>(tasks) * T * S * D;
+  auto task = [&](int i) {
+    const int b = i / H, h = i % H, kh = h / rep;
+    thread_local std::vector<float> sc, qv, acc;
+    sc.resize(S);
+    qv.resize(D);
+    acc.resize(D);
+    for (int t = 0; t < T; t++) {
+      const int last = causal ? S - T + t : S - 1;
+      for (int d = 0; d < D; d++) {
+        qv[d] = q.at(b, h, t, d) * scale;
+      }
+      float mx_ = sinks != nullptr ? sinks[h] : -INFINITY;
+      const bool kd = k.s3 == 1;
+      for (int s = 0; s <= last; s++) {
+        float d_;
+        if (kd) {
+          d_ = dot(qv.data(), &k.at(b, kh, s, 0), D);
+        } else {
+          d_ = 0;
+          for (int d = 0; d < D; d++) {
+            d_ += qv[d] * k.at(b, kh, s, d);
+          }
+        }
+        sc[s] = d_;
+        mx_ = std::max(mx_, d_);
+      }
+      float sum = sinks != nullptr ? std::exp(sinks[h] - mx_) : 0.0f;
+      for (int s = 0; s <= last; s++) {
+        sc[s] = std::exp(sc[s] - mx_);
+        sum += sc[s];
+      }
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int s = 0; s <= last; s++) {
+        const float p = sc[s];
+        for (int d = 0; d < D; d++) {
+          acc[d] += p * v.at(b, kh, s, d);
+        }
+      }
+      float* o = out + ((static_cast<size_t>(b) * H + h) * T + t) * D;
+      const float inv = 1.0f / sum;
+      for (int d = 0; d < D; d++) {
+        o[d] = acc[d] * inv;
+      }
+    }
+  };
+  if (work < (1u << 18)) {
+    for (int i = 0; i < tasks; i++) {
+      task(i);
+    }
+  } else {
+    Pool::get().run(tasks, task);
+  }
+}
+
+bool on_cpu(const mx::Stream& s) {
+  return s.device == mx::Device::cpu && !use_mlx_kernel();
+}
+
 }  // namespace
 
 extern "C" {
+
+int mlx_fast_cpu_rms_norm(mlx_array* res, const mlx_array x, const mlx_array weight, float eps, const mlx_stream s) {
+  return guard([&] {
+    const mx::Stream st = *static_cast<mx::Stream*>(s.ctx);
+    const mx::array& xa = arr(x);
+    const bool has_w = weight.ctx != nullptr;
+    const int n = xa.ndim() > 0 ? xa.shape(-1) : 0;
+    if (!on_cpu(st) || xa.dtype() != mx::float32 || n == 0 ||
+        (has_w && (arr(weight).dtype() != mx::float32 || arr(weight).size() != static_cast<size_t>(n)))) {
+      set(res, mx::fast::rms_norm(xa, has_w ? std::optional<mx::array>(arr(weight)) : std::nullopt, eps, st));
+      return;
+    }
+    std::vector<mx::array> in{mx::contiguous(xa, false, st)};
+    if (has_w) {
+      in.push_back(mx::contiguous(arr(weight), false, st));
+    }
+    set(res, mx::array(xa.shape(), mx::float32,
+                       std::make_shared<HostOp>(st, "FastRMSNorm",
+                                                [n, eps, has_w](const std::vector<mx::array>& in, mx::array& out) {
+                                                  rms_norm_rows(in[0].data<float>(),
+                                                                has_w ? in[1].data<float>() : nullptr, rows_of(in[0]),
+                                                                n, eps, out.data<float>());
+                                                }),
+                       std::move(in)));
+  });
+}
+
+int mlx_fast_cpu_rope(mlx_array* res, const mlx_array x, int dims, bool traditional, mlx_optional_float base,
+                      float scale, int offset, const mlx_array offsets, const mlx_array freqs, const mlx_stream s) {
+  return guard([&] {
+    const mx::Stream st = *static_cast<mx::Stream*>(s.ctx);
+    const mx::array& xa = arr(x);
+    const bool dyn = offsets.ctx != nullptr;
+    const bool has_f = freqs.ctx != nullptr;
+    const bool fits = on_cpu(st) && xa.dtype() == mx::float32 && xa.ndim() == 4 && dims > 0 && dims % 2 == 0 &&
+                      dims <= xa.shape(3) && (!dyn || arr(offsets).size() == static_cast<size_t>(xa.shape(0))) &&
+                      (!has_f || (arr(freqs).size() == static_cast<size_t>(dims / 2)));
+    std::optional<float> b = base.has_value ? std::optional<float>(base.value) : std::nullopt;
+    std::optional<mx::array> f = has_f ? std::optional<mx::array>(arr(freqs)) : std::nullopt;
+    if (!fits) {
+      set(res, dyn ? mx::fast::rope(xa, dims, traditional, b, scale, arr(offsets), f, st)
+                   : mx::fast::rope(xa, dims, traditional, b, scale, offset, f, st));
+      return;
+    }
+    std::vector<mx::array> in{xa};
+    if (dyn) {
+      in.push_back(mx::contiguous(mx::astype(arr(offsets), mx::int32, st), false, st));
+    }
+    if (has_f) {
+      in.push_back(mx::contiguous(mx::astype(arr(freqs), mx::float32, st), false, st));
+    }
+    const float bv = base.has_value ? base.value : 10000.0f;
+    auto fn = [dims, traditional, bv, scale, offset, dyn, has_f](const std::vector<mx::array>& in, mx::array& out) {
+      const auto& sh = in[0].shape();
+      std::vector<double> inv(dims / 2);
+      for (int i = 0; i < dims / 2; i++) {
+        inv[i] = has_f ? 1.0 / in[dyn ? 2 : 1].data<float>()[i]
+                       : std::pow(static_cast<double>(bv), -static_cast<double>(i) / static_cast<double>(dims / 2));
+      }
+      rope_rows(view4(in[0]), sh[0], sh[1], sh[2], sh[3], dyn ? in[1].data<int32_t>() : nullptr, offset, scale, inv,
+                dims, traditional, out.data<float>());
+    };
+    set(res, mx::array(xa.shape(), mx::float32, std::make_shared<HostOp>(st, "FastRoPE", std::move(fn)), std::move(in)));
+  });
+}
+
+int mlx_fast_cpu_sdpa(mlx_array* res, const mlx_array q, const mlx_array k, const mlx_array v, float scale,
+                      const char* mask_mode, const mlx_array mask, const mlx_array sinks, const mlx_stream s) {
+  return guard([&] {
+    const mx::Stream st = *static_cast<mx::Stream*>(s.ctx);
+    const mx::array &qa = arr(q), &ka = arr(k), &va = arr(v);
+    const std::string mode = mask_mode != nullptr ? mask_mode : "";
+    const bool has_s = sinks.ctx != nullptr;
+    const bool fits = on_cpu(st) && (mode.empty() || mode == "causal") && mask.ctx == nullptr &&
+                      qa.dtype() == mx::float32 && ka.dtype() == mx::float32 && va.dtype() == mx::float32 &&
+                      qa.ndim() == 4 && ka.ndim() == 4 && ka.shape() == va.shape() && qa.shape(0) == ka.shape(0) &&
+                      qa.shape(3) == ka.shape(3) && ka.shape(1) > 0 && qa.shape(1) % ka.shape(1) == 0 &&
+                      qa.shape(2) <= ka.shape(2) && ka.shape(2) > 0 &&
+                      (!has_s || (arr(sinks).size() == static_cast<size_t>(qa.shape(1))));
+    if (!fits) {
+      set(res, mx::fast::scaled_dot_product_attention(
+                   qa, ka, va, scale, mode, mask.ctx != nullptr ? std::optional<mx::array>(arr(mask)) : std::nullopt,
+                   has_s ? std::optional<mx::array>(arr(sinks)) : std::nullopt, false, st));
+      return;
+    }
+    std::vector<mx::array> in{qa, ka, va};
+    if (has_s) {
+      in.push_back(mx::contiguous(mx::astype(arr(sinks), mx::float32, st), false, st));
+    }
+    const bool causal = mode == "causal";
+    auto fn = [scale, causal, has_s](const std::vector<mx::array>& in, mx::array& out) {
+      const auto& qs = in[0].shape();
+      const auto& ks = in[1].shape();
+      attend(view4(in[0]), view4(in[1]), view4(in[2]), qs[0], qs[1], ks[1], qs[2], ks[2], qs[3], scale, causal,
+             has_s ? in[3].data<float>() : nullptr, out.data<float>());
+    };
+    set(res, mx::array(qa.shape(), mx::float32, std::make_shared<HostOp>(st, "FastAttention", std::move(fn)),
+                       std::move(in)));
+  });
+}
+
 
 int mlx_fast_affine_linear(mlx_array* res, const mlx_array x, const mlx_array w, const mlx_array scales,
                            const mlx_array biases, int group_size, int bits, const mlx_stream s) {

@@ -176,3 +176,91 @@ func BenchmarkAffineLinear(b *testing.B) {
 		}
 	}
 }
+
+func maxDiff(a, b []float32) float64 {
+	if len(a) != len(b) {
+		return math.Inf(1)
+	}
+	worst := 0.0
+	for i := range a {
+		worst = math.Max(worst, math.Abs(float64(a[i]-b[i])))
+	}
+	return worst
+}
+
+// TestFusedOpsMatchMLX compares the fused CPU RMSNorm, RoPE and attention
+// with MLX's own ops on strided views, per-row offsets, custom frequencies,
+// grouped heads, causal prefill and attention sinks.
+func TestFusedOpsMatchMLX(t *testing.T) {
+	onThread(t, func(_ Stream) {
+		s := CPU()
+		defer s.Free()
+		rng := rand.New(rand.NewPCG(9, 10))
+		f := NewFrame(s)
+		defer f.Free()
+		check := func(name string, got, want Array, tol float64) {
+			t.Helper()
+			g, w := f.ToFloat32s(got), f.ToFloat32s(want)
+			if err := f.Err(); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if gs, ws := fmt.Sprint(got.Shape()), fmt.Sprint(want.Shape()); gs != ws {
+				t.Fatalf("%s: shape %s, MLX %s", name, gs, ws)
+			}
+			d := maxDiff(g, w)
+			if d > tol {
+				t.Fatalf("%s: max |fused - mlx| = %g, want <= %g", name, d, tol)
+			}
+			t.Logf("%s: max |fused - mlx| = %.2g", name, d)
+		}
+		x := randomRows(f, rng, 6, 96)
+		w := randomRows(f, rng, 1, 96)
+		w = f.Reshape(w, 96)
+		check("rms_norm", f.RMSNorm(x, w, 1e-5), f.mlxRMSNorm(x, w, 1e-5), 1e-5)
+		check("rms_norm no weight", f.RMSNorm(x, Array{}, 1e-6), f.mlxRMSNorm(x, Array{}, 1e-6), 1e-5)
+
+		// [B, T, H, D] transposed to [B, H, T, D]: a strided view, as the
+		// families produce.
+		raw := f.Reshape(randomRows(f, rng, 3*5*4, 64), 3, 5, 4, 64)
+		q := f.Transpose(raw, 0, 2, 1, 3)
+		offs := f.Int32s([]int32{0, 7, 300}, 3)
+		periods := make([]float32, 16)
+		for i := range periods {
+			periods[i] = float32(math.Pow(10000, float64(2*i)/32)) * float32(1+i%3)
+		}
+		freqs := f.Float32s(periods, 16)
+		// Angles reach ~300 rad: float32 rounding of position times
+		// frequency, computed in a different order, moves outputs by ~1e-5.
+		for _, trad := range []bool{false, true} {
+			check(fmt.Sprint("rope offset traditional=", trad), f.RoPE(q, 64, trad, 10000, 1, 42, Array{}),
+				f.mlxRoPE(q, 64, trad, 10000, 1, 42, Array{}, Array{}), 1e-4)
+			check(fmt.Sprint("rope offsets partial traditional=", trad), f.RoPEOffsets(q, 32, trad, 500000, 0.5, offs, Array{}),
+				f.mlxRoPE(q, 32, trad, 500000, 0.5, 0, offs, Array{}), 1e-4)
+			check(fmt.Sprint("rope freqs traditional=", trad), f.RoPEOffsets(q, 32, trad, 0, 1, offs, freqs),
+				f.mlxRoPE(q, 32, trad, 0, 1, 0, offs, freqs), 1e-4)
+		}
+
+		// 8 query heads over 2 KV heads; keys are a slice of a longer
+		// buffer, as a KV cache hands them out.
+		kbuf := f.Reshape(randomRows(f, rng, 3*2*40, 32), 3, 2, 40, 32)
+		vbuf := f.Reshape(randomRows(f, rng, 3*2*40, 32), 3, 2, 40, 32)
+		k := f.Slice(kbuf, []int{0, 0, 0, 0}, []int{3, 2, 29, 32})
+		v := f.Slice(vbuf, []int{0, 0, 0, 0}, []int{3, 2, 29, 32})
+		sinkVals := make([]float32, 8)
+		for i := range sinkVals {
+			sinkVals[i] = float32(rng.NormFloat64())
+		}
+		sinks := f.Float32s(sinkVals, 8)
+		for _, tq := range []int{1, 5} {
+			qq := f.Reshape(randomRows(f, rng, 3*8*tq, 32), 3, 8, tq, 32)
+			mode := ""
+			if tq > 1 {
+				mode = "causal"
+			}
+			check(fmt.Sprint("attention T=", tq), f.Attention(qq, k, v, 0.17, mode, Array{}, Array{}),
+				f.mlxAttention(qq, k, v, 0.17, mode, Array{}), 2e-6)
+			check(fmt.Sprint("attention sinks T=", tq), f.Attention(qq, k, v, 0.17, mode, Array{}, sinks),
+				f.mlxAttention(qq, k, v, 0.17, mode, sinks), 2e-6)
+		}
+	})
+}

@@ -3,6 +3,7 @@ package mlx
 /*
 #include <stdlib.h>
 #include "mlxc.h"
+#include "fastcpu.h"
 */
 import "C"
 
@@ -515,10 +516,12 @@ func (f *Frame) GatherQMM(x, w, scales, biases, lhs, rhs Array, transpose bool, 
 	}, x, w, scales)
 }
 
-// RMSNorm normalizes the last axis; weight may be the zero Array.
+// RMSNorm normalizes the last axis; weight may be the zero Array. RMSNorm,
+// RoPE, RoPEOffsets and Attention run as single fused primitives on a CPU
+// stream with float32 inputs (fastcpu.cpp) and as MLX's fast ops elsewhere.
 func (f *Frame) RMSNorm(x, weight Array, eps float32) Array {
 	return f.op("rms_norm", func(r *C.mlx_array) C.int {
-		return C.mlx_fast_rms_norm(r, x.c, weight.c, C.float(eps), f.s.c)
+		return C.mlx_fast_cpu_rms_norm(r, x.c, weight.c, C.float(eps), f.s.c)
 	}, x)
 }
 
@@ -527,7 +530,8 @@ func (f *Frame) RMSNorm(x, weight Array, eps float32) Array {
 func (f *Frame) RoPE(x Array, dims int, traditional bool, base, scale float32, offset int, freqs Array) Array {
 	b := C.mlx_optional_float{value: C.float(base), has_value: C.bool(!freqs.Valid())}
 	return f.op("rope", func(r *C.mlx_array) C.int {
-		return C.mlx_fast_rope(r, x.c, C.int(dims), C.bool(traditional), b, C.float(scale), C.int(offset), freqs.c, f.s.c)
+		return C.mlx_fast_cpu_rope(r, x.c, C.int(dims), C.bool(traditional), b, C.float(scale), C.int(offset), C.mlx_array{},
+			freqs.c, f.s.c)
 	}, x)
 }
 
@@ -535,7 +539,7 @@ func (f *Frame) RoPE(x Array, dims int, traditional bool, base, scale float32, o
 func (f *Frame) RoPEOffsets(x Array, dims int, traditional bool, base, scale float32, offsets, freqs Array) Array {
 	b := C.mlx_optional_float{value: C.float(base), has_value: C.bool(!freqs.Valid())}
 	return f.op("rope", func(r *C.mlx_array) C.int {
-		return C.mlx_fast_rope_dynamic(r, x.c, C.int(dims), C.bool(traditional), b, C.float(scale), offsets.c, freqs.c, f.s.c)
+		return C.mlx_fast_cpu_rope(r, x.c, C.int(dims), C.bool(traditional), b, C.float(scale), 0, offsets.c, freqs.c, f.s.c)
 	}, x, offsets)
 }
 
@@ -545,7 +549,7 @@ func (f *Frame) Attention(q, k, v Array, scale float32, maskMode string, mask, s
 	cmode := C.CString(maskMode)
 	defer C.free(unsafe.Pointer(cmode))
 	return f.op("scaled_dot_product_attention", func(r *C.mlx_array) C.int {
-		return C.mlx_fast_scaled_dot_product_attention(r, q.c, k.c, v.c, C.float(scale), cmode, mask.c, sinks.c, f.s.c)
+		return C.mlx_fast_cpu_sdpa(r, q.c, k.c, v.c, C.float(scale), cmode, mask.c, sinks.c, f.s.c)
 	}, q, k, v)
 }
 

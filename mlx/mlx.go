@@ -337,6 +337,7 @@ func CPU() Stream { return Stream{C.mlx_default_cpu_stream_new()} }
 // available.
 func GPU() (Stream, error) {
 	ok, err := GPUAvailable()
+	RestoreSignals()
 	if err != nil {
 		return Stream{}, err
 	}
@@ -344,6 +345,7 @@ func GPU() (Stream, error) {
 		return Stream{}, errors.New("mlx: no GPU backend in this build of MLX")
 	}
 	s := C.mlx_default_gpu_stream_new()
+	RestoreSignals()
 	if s.ctx == nil {
 		return Stream{}, lastError("default_gpu_stream")
 	}

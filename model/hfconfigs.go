@@ -441,8 +441,9 @@ func (hc *hfGemma4Text) weightParts(c Config, types []string, widths []int) []We
 	parts := []WeightPart{
 		{Module: p + "embed_tokens", Out: c.Vocab, In: c.Hidden},
 		{Module: p + "norm", Vector: hidden},
-		// input, post-attention, pre- and post-feedforward norms.
-		{Module: p + "layers.*.norms", Layers: all, Vector: 4 * hidden},
+		// input, post-attention, pre- and post-feedforward norms, and the
+		// scalar that multiplies the layer's output.
+		{Module: p + "layers.*.norms", Layers: all, Vector: 4*hidden + 1},
 	}
 	attention := func(layers []int, heads, dim int, values bool) {
 		if len(layers) == 0 {

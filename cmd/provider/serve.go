@@ -31,12 +31,13 @@ const (
 
 // loadedModel is one served model and what keeps it alive.
 type loadedModel struct {
-	m   *model.Model
-	th  *mlx.Thread
-	s   mlx.Stream
-	w   *model.Weights
-	net model.Network
-	eng *engine.Engine
+	m    *model.Model
+	name string
+	th   *mlx.Thread
+	s    mlx.Stream
+	w    *model.Weights
+	net  model.Network
+	eng  *engine.Engine
 }
 
 func (l *loadedModel) close() {
@@ -61,7 +62,7 @@ func (l *loadedModel) close() {
 func runServe(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	models := fs.String("model", defaultModel, "comma-separated GGUF files or HF/MLX checkpoint directories")
+	mf := addModelFlags(fs, "comma-separated GGUF files or HF/MLX checkpoint directories")
 	addr := fs.String("addr", "127.0.0.1:8000", "listen address")
 	maxConc := fs.Int("max-concurrent", engine.DefaultMaxConcurrent, "running requests per model (clamped to [1, 8])")
 	kvBytes := fs.Int64("kv-bytes", 0, "KV cache budget in bytes for all models; 0 derives it from physical memory")
@@ -71,6 +72,9 @@ func runServe(args []string) error {
 	}
 	if fs.NArg() > 0 {
 		return usageError{fmt.Sprintf("serve: unexpected argument %q", fs.Arg(0))}
+	}
+	if err := mf.check("serve"); err != nil {
+		return err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	srv := server.New(server.Options{Architectures: family.Supported(), Logger: log})
@@ -91,10 +95,25 @@ func runServe(args []string) error {
 			l.close()
 		}
 	}()
-	paths := strings.Split(*models, ",")
+	var opens []func() (*model.Model, string, uploader, error)
+	if mf.isDummy() {
+		opens = append(opens, func() (*model.Model, string, uploader, error) {
+			return mf.openDummy("serve", func(msg string) { log.Info(msg) })
+		})
+	} else {
+		for _, p := range strings.Split(*mf.model, ",") {
+			opens = append(opens, func() (*model.Model, string, uploader, error) {
+				m, err := model.Open(p)
+				if err != nil {
+					return nil, "", nil, err
+				}
+				return m, m.Name(), m.Upload, nil
+			})
+		}
+	}
 	budget := *kvBytes
-	for _, p := range paths {
-		l, err := loadModel(p, *device)
+	for _, open := range opens {
+		l, err := loadModel(open, *device)
 		if err != nil {
 			httpSrv.Close()
 			return err
@@ -119,7 +138,7 @@ func runServe(args []string) error {
 			KVCapacity: grant,
 		})
 		err := srv.Register(server.Model{
-			Name:          l.m.Name(),
+			Name:          l.name,
 			Architecture:  l.m.Config.Arch,
 			Tokenizer:     l.m.Tokenizer,
 			ChatTemplate:  l.m.ChatTemplate,
@@ -131,10 +150,13 @@ func runServe(args []string) error {
 			httpSrv.Close()
 			return err
 		}
-		log.Info("model ready", "model", l.m.Name(), "kv_bytes", grant, "weight_bytes", l.w.Bytes())
+		log.Info("model ready", "model", l.name, "kv_bytes", grant, "weight_bytes", l.w.Bytes())
 	}
 	srv.SetLoading(false)
 
+	// Loading initialized the backend's libraries; some replace the Go
+	// runtime's handlers for termination signals.
+	mlx.RestoreSignals()
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	select {
@@ -153,24 +175,26 @@ func runServe(args []string) error {
 	return nil
 }
 
-func loadModel(path, device string) (*loadedModel, error) {
-	m, err := model.Open(path)
+// loadModel opens a model, uploads its weights and binds its family's
+// forward pass on a new MLX thread.
+func loadModel(open func() (*model.Model, string, uploader, error), device string) (*loadedModel, error) {
+	m, name, upload, err := open()
 	if err != nil {
 		return nil, err
 	}
-	l := &loadedModel{m: m, th: mlx.NewThread()}
+	l := &loadedModel{m: m, name: name, th: mlx.NewThread()}
 	l.th.Do(func() {
 		if l.s, err = stream(device); err != nil {
 			return
 		}
-		if l.w, err = m.Upload(l.s); err != nil {
+		if l.w, err = upload(l.s); err != nil {
 			return
 		}
 		l.net, err = family.Build(m.Config, l.w)
 	})
 	if err != nil {
 		l.close()
-		return nil, fmt.Errorf("serve: %s: %w", path, err)
+		return nil, fmt.Errorf("serve: %s: %w", name, err)
 	}
 	return l, nil
 }
