@@ -137,22 +137,8 @@ func (m *Model) newCache() *Cache { return newCache(m.cfg.Kinds) }
 // logits of each row's last new position, [rows, vocab] in float32. Every
 // row needs at least one token. The returned array belongs to f.
 func (m *Model) Forward(f *mlx.Frame, tokens [][]int32, generic []model.Cache) mlx.Array {
-	if len(tokens) != len(generic) || len(tokens) == 0 {
-		f.Fail(fmt.Errorf("gemma4: %d token rows for %d caches", len(tokens), len(generic)))
-		return mlx.Array{}
-	}
-	caches := make([]*Cache, len(generic))
-	for i, g := range generic {
-		c, ok := g.(*Cache)
-		if !ok || len(c.k) != m.cfg.Layers {
-			f.Fail(fmt.Errorf("gemma4: row %d: cache of type %T is not this model's", i, g))
-			return mlx.Array{}
-		}
-		caches[i] = c
-	}
-	return model.ForwardRows(f, "gemma4", m.cfg.Vocab, tokens, caches, func(t [][]int32, c []*Cache) mlx.Array {
-		return m.forward(f, t, c)
-	})
+	return model.ForwardCaches(f, "gemma4", m.cfg.Vocab, tokens, generic, func(c *Cache) bool { return len(c.k) == m.cfg.Layers },
+		func(t [][]int32, c []*Cache) mlx.Array { return m.forward(f, t, c) })
 }
 
 // scalar is v as a scalar of dtype dt, so that scaling keeps x's dtype.

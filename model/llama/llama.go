@@ -132,22 +132,8 @@ func (c *Cache) Free() {
 // logits of each row's last new position, [rows, vocab] in float32. Every
 // row needs at least one token. The returned array belongs to f.
 func (m *Model) Forward(f *mlx.Frame, tokens [][]int32, generic []model.Cache) mlx.Array {
-	if len(tokens) != len(generic) || len(tokens) == 0 {
-		f.Fail(fmt.Errorf("llama: %d token rows for %d caches", len(tokens), len(generic)))
-		return mlx.Array{}
-	}
-	caches := make([]*Cache, len(generic))
-	for i, g := range generic {
-		c, ok := g.(*Cache)
-		if !ok {
-			f.Fail(fmt.Errorf("llama: row %d: cache of type %T", i, g))
-			return mlx.Array{}
-		}
-		caches[i] = c
-	}
-	return model.ForwardRows(f, "llama", m.cfg.Vocab, tokens, caches, func(t [][]int32, c []*Cache) mlx.Array {
-		return m.forward(f, t, c)
-	})
+	return model.ForwardCaches(f, "llama", m.cfg.Vocab, tokens, generic, nil,
+		func(t [][]int32, c []*Cache) mlx.Array { return m.forward(f, t, c) })
 }
 
 // forward runs rows that all add the same number of tokens T.
