@@ -44,7 +44,12 @@ stop_servers() {
 	done
 	wait 2>/dev/null || true
 }
-trap stop_servers EXIT
+# Logs and notes go into a committed report: paths inside this checkout are
+# made relative, the work folder and the home directory symbolic.
+scrub_logs() {
+	sed -i -e "s#$ROOT/##g" -e "s#$WORK#\$WORK#g" -e "s#$HOME#~#g" "$OUT"/logs/*.log "$OUT"/*.txt 2>/dev/null || true
+}
+trap 'stop_servers; scrub_logs' EXIT
 
 wait_ready() { # name url seconds [path answering 200 once ready]
 	local deadline=$(($(date +%s) + $3))

@@ -105,7 +105,12 @@ on_signal() {
 	fi
 	exit 130
 }
-trap stop_servers EXIT
+# Logs are committed with the report: paths inside this checkout are made
+# relative and the home directory becomes ~, so they name no machine.
+scrub_logs() {
+	sed -i -e "s#$ROOT/##g" -e "s#$HOME#~#g" "$OUT"/logs/*.log 2>/dev/null || true
+}
+trap 'stop_servers; scrub_logs' EXIT
 trap on_signal INT TERM
 
 # mlx-lm resolves a request's model name as a path when it is not the one
