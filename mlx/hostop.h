@@ -1,5 +1,6 @@
-// HostOp and the glue shared by the package's C++ kernels that run as MLX
-// primitives on the CPU stream (refnum.cpp, fastcpu.cpp).
+// The glue shared by the package's C++ files (handles, status codes) and
+// HostOp, for the kernels that run as MLX primitives on the CPU stream
+// (refnum.cpp, fastcpu.cpp).
 #pragma once
 
 #include <functional>
@@ -55,6 +56,8 @@ inline mx::array& arr(mlx_array a) {
   return *static_cast<mx::array*>(a.ctx);
 }
 
+// set stores v into *res, reusing the handle when it already holds an array
+// (mlx-c semantics: the caller owns *res and frees it once).
 inline void set(mlx_array* res, mx::array v) {
   if (res->ctx != nullptr) {
     arr(*res) = std::move(v);
@@ -72,6 +75,8 @@ inline size_t rows_of(const mx::array& a) {
   return r;
 }
 
+// guard runs f, turning any C++ exception into a status of 1 reported
+// through the installed error handler.
 template <typename F>
 int guard(F&& f) {
   try {

@@ -11,10 +11,15 @@
 #include <string>
 #include <vector>
 
+#include "hostop.h"
 #include "mlx/mlx.h"
 #include "mlxc.h"
 
 namespace mx = mlx::core;
+
+using provider_host::arr;
+using provider_host::guard;
+using provider_host::set;
 
 namespace {
 
@@ -27,10 +32,6 @@ int fail(const char* msg) {
     g_handler(msg, g_handler_data);
   }
   return 1;
-}
-
-mx::array& arr(mlx_array a) {
-  return *static_cast<mx::array*>(a.ctx);
 }
 
 mx::Stream& strm(mlx_stream s) {
@@ -88,28 +89,6 @@ mlx_dtype from_dtype(mx::Dtype d) {
 
 mx::Shape shape_of(const int* p, size_t n) {
   return mx::Shape(p, p + n);
-}
-
-// set stores v into *res, reusing the handle when it already holds an array
-// (mlx-c semantics: the caller owns *res and frees it once).
-void set(mlx_array* res, mx::array v) {
-  if (res->ctx != nullptr) {
-    arr(*res) = std::move(v);
-  } else {
-    res->ctx = new mx::array(std::move(v));
-  }
-}
-
-template <typename F>
-int guard(F&& f) {
-  try {
-    f();
-    return 0;
-  } catch (const std::exception& e) {
-    return fail(e.what());
-  } catch (...) {
-    return fail("mlx: unknown C++ exception");
-  }
 }
 
 template <typename T>
