@@ -41,12 +41,14 @@ type Request struct {
 	Spans []Span
 }
 
-// Defaults and bounds of Config.
+// Defaults and bounds of Config. MaxConcurrentLimit only guards against
+// absurd caps: how many rows really run together is what the KV ledger
+// allows, since a row that cannot be charged waits.
 const (
 	DefaultTokenBudget   = 2048
 	DefaultPrefillChunk  = 512
 	DefaultMaxConcurrent = 4
-	MaxConcurrentLimit   = 8
+	MaxConcurrentLimit   = 256
 	DefaultMaxWaiting    = 64
 )
 
@@ -59,7 +61,9 @@ type Config struct {
 	// PrefillChunk bounds one row's prefill chunk. Default 512.
 	PrefillChunk int
 	// MaxConcurrent bounds the running rows. Default 4, clamped to
-	// [1, MaxConcurrentLimit]; only 0 selects the default.
+	// [1, MaxConcurrentLimit]; only 0 selects the default. Below the cap,
+	// the ledger decides: admission stops at the first waiting row whose
+	// charge does not fit.
 	MaxConcurrent int
 	// MaxWaiting bounds the requests Submit queues. Default 64.
 	MaxWaiting int

@@ -22,10 +22,16 @@ func TestConfigDefaults(t *testing.T) {
 	if got != want {
 		t.Errorf("negative Config = %+v, want %+v", got, want)
 	}
-	if got := (Config{MaxConcurrent: 20}).withDefaults().MaxConcurrent; got != 8 {
-		t.Errorf("MaxConcurrent 20 = %d, want 8", got)
+	if got := (Config{MaxConcurrent: 20}).withDefaults().MaxConcurrent; got != 20 {
+		t.Errorf("MaxConcurrent 20 = %d, want 20", got)
 	}
-	for _, tt := range []struct{ in, want int }{{-3, 1}, {0, 1}, {1, 1}, {4, 4}, {8, 8}, {9, 8}, {math.MaxInt, 8}} {
+	if got := (Config{MaxConcurrent: 1000}).withDefaults().MaxConcurrent; got != MaxConcurrentLimit {
+		t.Errorf("MaxConcurrent 1000 = %d, want %d", got, MaxConcurrentLimit)
+	}
+	if MaxConcurrentLimit < 256 {
+		t.Errorf("MaxConcurrentLimit = %d, want at least 256", MaxConcurrentLimit)
+	}
+	for _, tt := range []struct{ in, want int }{{-3, 1}, {0, 1}, {1, 1}, {4, 4}, {8, 8}, {9, 9}, {64, 64}, {256, 256}, {257, 256}, {math.MaxInt, 256}} {
 		if got := ClampConcurrency(tt.in); got != tt.want {
 			t.Errorf("ClampConcurrency(%d) = %d, want %d", tt.in, got, tt.want)
 		}
@@ -130,6 +136,33 @@ func TestPlanBeforeCompletePanics(t *testing.T) {
 		}
 	}()
 	s.Plan()
+}
+
+// TestWideBatchBoundByLedger checks that with a cap far above the old one
+// the ledger, not the cap, bounds how many rows run together.
+func TestWideBatchBoundByLedger(t *testing.T) {
+	const rows, prompt = 100, 4
+	layout := unitLayout(1, 0, 0)
+	perRow := layout.SequenceBytes(prompt)
+	for _, tt := range []struct {
+		name     string
+		capacity int64
+		want     int
+	}{
+		{"ledger roomy", 1 << 20, rows},
+		{"ledger tight", 50 * perRow, int(NewLedger(50*perRow).Limit() / perRow)},
+	} {
+		s := NewScheduler(Config{MaxConcurrent: MaxConcurrentLimit, MaxWaiting: rows}, layout, tt.capacity)
+		for i := range rows {
+			if err := s.Submit(Request{ID: RequestID(fmt.Sprint(i)), PromptTokens: prompt, MaxTokens: 8}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p := s.Plan()
+		if len(p.Prefill) != tt.want || s.Snapshot().Running != tt.want {
+			t.Errorf("%s: %d prefills, %d running, want %d", tt.name, len(p.Prefill), s.Snapshot().Running, tt.want)
+		}
+	}
 }
 
 // TestSchedProperties drives schedulers with random seeded scripts and checks

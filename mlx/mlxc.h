@@ -80,6 +80,14 @@ mlx_stream mlx_default_cpu_stream_new(void);
 mlx_stream mlx_default_gpu_stream_new(void);
 int mlx_stream_free(mlx_stream stream);
 int mlx_gpu_is_available(bool* res); /* extension */
+/* extension: the memory MLX's device_info reports for the device of stream
+ * s. gpu: the device is a GPU. total: the first size of
+ * "max_recommended_working_set_size" (Metal: the GPU's share of unified
+ * memory), "total_memory" (CUDA), "memory_size"; 0 when none is reported
+ * (the CPU device), with *total_key NULL, else the key used (a static
+ * string). free_bytes: "free_memory" (CUDA), with has_free false and 0 when
+ * not reported. */
+int mlx_stream_device_memory(bool* gpu, size_t* total, const char** total_key, size_t* free_bytes, bool* has_free, const mlx_stream s);
 
 /* transforms and memory */
 int mlx_eval(const mlx_vector_array outputs);

@@ -7,8 +7,10 @@
 
 #include <cstring>
 #include <exception>
+#include <initializer_list>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "hostop.h"
@@ -230,6 +232,38 @@ int mlx_stream_free(mlx_stream s) {
 
 int mlx_gpu_is_available(bool* res) {
   return guard([&] { *res = mx::is_available(mx::Device::gpu); });
+}
+
+int mlx_stream_device_memory(bool* gpu, size_t* total, const char** total_key, size_t* free_bytes, bool* has_free,
+                             const mlx_stream s) {
+  return guard([&] {
+    const mx::Device d = strm(s).device;
+    *gpu = d.type == mx::Device::gpu;
+    *total = 0;
+    *total_key = nullptr;
+    *free_bytes = 0;
+    *has_free = false;
+    const auto& info = mx::device_info(d);
+    auto size_of = [&](const char* key, size_t* v) {
+      auto it = info.find(key);
+      if (it == info.end()) {
+        return false;
+      }
+      const size_t* p = std::get_if<size_t>(&it->second);
+      if (p == nullptr) {
+        return false;
+      }
+      *v = *p;
+      return true;
+    };
+    for (const char* key : {"max_recommended_working_set_size", "total_memory", "memory_size"}) {
+      if (size_of(key, total)) {
+        *total_key = key;
+        break;
+      }
+    }
+    *has_free = size_of("free_memory", free_bytes);
+  });
 }
 
 int mlx_eval(const mlx_vector_array outputs) {

@@ -64,8 +64,9 @@ func runServe(args []string) error {
 	fs.SetOutput(io.Discard)
 	mf := addModelFlags(fs, "comma-separated GGUF files or HF/MLX checkpoint directories")
 	addr := fs.String("addr", "127.0.0.1:8000", "listen address")
-	maxConc := fs.Int("max-concurrent", engine.DefaultMaxConcurrent, "running requests per model (clamped to [1, 8])")
-	kvBytes := fs.Int64("kv-bytes", 0, "KV cache budget in bytes for all models; 0 derives it from physical memory")
+	maxConc := fs.Int("max-concurrent", engine.DefaultMaxConcurrent,
+		fmt.Sprintf("cap on running requests per model, 1 to %d (larger values are clamped); below it the KV budget decides how many run together", engine.MaxConcurrentLimit))
+	kvBytes := fs.Int64("kv-bytes", 0, "KV cache budget in bytes for all models; 0 derives it from the device's memory on a GPU, physical memory on the CPU")
 	device := fs.String("device", "auto", "auto, cpu or gpu")
 	if err := fs.Parse(args); err != nil {
 		return usageError{fmt.Sprintf("serve: %v", err)}
@@ -77,6 +78,13 @@ func runServe(args []string) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	conc, err := concurrencyCap(*maxConc)
+	if err != nil {
+		return err
+	}
+	if conc != *maxConc {
+		log.Warn("--max-concurrent above the limit, clamped", "requested", *maxConc, "max_concurrent", conc)
+	}
 	srv := server.New(server.Options{Architectures: family.Supported(), Logger: log})
 	srv.SetLoading(true)
 
@@ -125,7 +133,25 @@ func runServe(args []string) error {
 		for _, l := range loaded {
 			weights += l.w.Bytes()
 		}
-		budget = kvBudget(physicalMemory(), weights)
+		// All models run on the same device; ask MLX about the first's.
+		var dev mlx.DeviceMemory
+		first := loaded[0]
+		first.th.Do(func() { dev, err = first.s.DeviceMemory() })
+		if err != nil {
+			httpSrv.Close()
+			return fmt.Errorf("serve: %w", err)
+		}
+		var src memorySource
+		if budget, src, err = deriveKVBudget(dev, physicalMemory(), weights); err != nil {
+			httpSrv.Close()
+			return err
+		}
+		log.Info("kv budget", "source", src.name, "memory_bytes", src.bytes, "weight_bytes", weights, "kv_bytes", budget)
+		if dev.GPU && dev.Free >= 0 && budget > dev.Free {
+			log.Warn("kv budget above the device's free memory; other processes may hold it", "kv_bytes", budget, "free_bytes", dev.Free)
+		}
+	} else {
+		log.Info("kv budget", "source", "--kv-bytes", "kv_bytes", budget)
 	}
 	grant := budget / int64(len(loaded))
 	if grant < minKVGrant {
@@ -134,7 +160,7 @@ func runServe(args []string) error {
 	}
 	for _, l := range loaded {
 		l.eng = engine.New(l.net, l.th, l.s, engine.Options{
-			Sched:      engine.Config{MaxConcurrent: engine.ClampConcurrency(*maxConc)},
+			Sched:      engine.Config{MaxConcurrent: conc},
 			KVCapacity: grant,
 		})
 		err := srv.Register(server.Model{
@@ -150,7 +176,7 @@ func runServe(args []string) error {
 			httpSrv.Close()
 			return err
 		}
-		log.Info("model ready", "model", l.name, "kv_bytes", grant, "weight_bytes", l.w.Bytes())
+		log.Info("model ready", "model", l.name, "kv_bytes", grant, "weight_bytes", l.w.Bytes(), "max_concurrent", conc)
 	}
 	srv.SetLoading(false)
 
@@ -199,11 +225,45 @@ func loadModel(open func() (*model.Model, string, uploader, error), device strin
 	return l, nil
 }
 
-// kvBudget is the KV memory left for all models: the hard cap
-// min(0.9 x physical, physical - 2 GiB) less weights and the activation
-// reserve.
-func kvBudget(physical, weights int64) int64 {
-	hardCap := min(physical*9/10, physical-2<<30)
+// concurrencyCap checks --max-concurrent: below 1 is a usage error, above
+// engine.MaxConcurrentLimit is clamped to it (the caller warns).
+func concurrencyCap(n int) (int, error) {
+	if n < 1 {
+		return 0, usageError{fmt.Sprintf("serve: --max-concurrent %d: must be at least 1", n)}
+	}
+	return min(n, engine.MaxConcurrentLimit), nil
+}
+
+// memorySource is the memory a KV budget is carved from.
+type memorySource struct {
+	name  string // for the log
+	bytes int64
+}
+
+// deriveKVBudget is the KV budget for all models when --kv-bytes is not
+// given: on a GPU, from the memory MLX reports for the device (CUDA's total
+// device memory, Metal's recommended working set); on the CPU, from physical
+// memory. A GPU whose memory MLX does not report is an error, since host
+// memory says nothing about it.
+func deriveKVBudget(dev mlx.DeviceMemory, physical, weights int64) (int64, memorySource, error) {
+	src := memorySource{name: "physical memory", bytes: physical}
+	if dev.GPU {
+		src = memorySource{name: "gpu memory", bytes: dev.Total}
+		if dev.TotalKey != "" {
+			src.name = "gpu " + dev.TotalKey
+		}
+	}
+	if src.bytes <= 0 {
+		return 0, src, fmt.Errorf("serve: %s unknown; set --kv-bytes", src.name)
+	}
+	return kvBudget(src.bytes, weights), src, nil
+}
+
+// kvBudget is the KV memory left for all models out of memory bytes: the
+// hard cap min(0.9 x memory, memory - 2 GiB) less weights and the
+// activation reserve.
+func kvBudget(memory, weights int64) int64 {
+	hardCap := min(memory*9/10, memory-2<<30)
 	return max(hardCap-weights-activationReserve, 0)
 }
 

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/goprovider/provider/engine"
+	"github.com/goprovider/provider/mlx"
+)
+
+func TestDeriveKVBudget(t *testing.T) {
+	const gib = int64(1) << 30
+	for _, tt := range []struct {
+		name              string
+		dev               mlx.DeviceMemory
+		physical, weights int64
+		wantSource        string
+		wantMemory        int64
+		wantBudget        int64
+		wantErr           bool
+	}{
+		{
+			// 0.9 x 64 GiB = 57.6 GiB (below 62 GiB), less 4 GiB of weights
+			// and 3 GiB of activations.
+			name: "cpu", dev: mlx.DeviceMemory{Free: -1}, physical: 64 * gib, weights: 4 * gib,
+			wantSource: "physical memory", wantMemory: 64 * gib, wantBudget: 64*gib*9/10 - 7*gib,
+		},
+		{
+			// Small memory: physical - 2 GiB binds before 0.9 x physical.
+			name: "cpu small", dev: mlx.DeviceMemory{Free: -1}, physical: 8 * gib, weights: gib,
+			wantSource: "physical memory", wantMemory: 8 * gib, wantBudget: 2 * gib,
+		},
+		{
+			name: "cpu no room", dev: mlx.DeviceMemory{Free: -1}, physical: 4 * gib, weights: gib,
+			wantSource: "physical memory", wantMemory: 4 * gib, wantBudget: 0,
+		},
+		{
+			// A CPU device that reported memory still uses physical memory.
+			name: "cpu reported", dev: mlx.DeviceMemory{Total: 8 * gib, TotalKey: "total_memory", Free: -1}, physical: 64 * gib, weights: 4 * gib,
+			wantSource: "physical memory", wantMemory: 64 * gib, wantBudget: 64*gib*9/10 - 7*gib,
+		},
+		{
+			// An H200 on a host with less RAM than the GPU: the GPU's
+			// memory decides, not the host's.
+			name: "cuda", dev: mlx.DeviceMemory{GPU: true, Total: 141 * gib, TotalKey: "total_memory", Free: 120 * gib}, physical: 32 * gib, weights: 14 * gib,
+			wantSource: "gpu total_memory", wantMemory: 141 * gib, wantBudget: 141*gib*9/10 - 17*gib,
+		},
+		{
+			name: "metal", dev: mlx.DeviceMemory{GPU: true, Total: 24 * gib, TotalKey: "max_recommended_working_set_size", Free: -1}, physical: 32 * gib, weights: 2 * gib,
+			wantSource: "gpu max_recommended_working_set_size", wantMemory: 24 * gib, wantBudget: 24*gib*9/10 - 5*gib,
+		},
+		{
+			name: "gpu weights over memory", dev: mlx.DeviceMemory{GPU: true, Total: 16 * gib, TotalKey: "total_memory", Free: 0}, physical: 256 * gib, weights: 20 * gib,
+			wantSource: "gpu total_memory", wantMemory: 16 * gib, wantBudget: 0,
+		},
+		{
+			name: "gpu memory unknown", dev: mlx.DeviceMemory{GPU: true, Free: -1}, physical: 64 * gib, weights: gib,
+			wantSource: "gpu memory", wantErr: true,
+		},
+		{
+			name: "physical memory unknown", dev: mlx.DeviceMemory{Free: -1}, physical: 0, weights: gib,
+			wantSource: "physical memory", wantErr: true,
+		},
+	} {
+		budget, src, err := deriveKVBudget(tt.dev, tt.physical, tt.weights)
+		if tt.wantErr {
+			if err == nil || tt.wantSource != "" && !strings.Contains(err.Error(), tt.wantSource+" unknown") {
+				t.Errorf("%s: budget %d from %+v, error %v; want an error naming %q", tt.name, budget, src, err, tt.wantSource)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", tt.name, err)
+			continue
+		}
+		if budget != tt.wantBudget || src.name != tt.wantSource || src.bytes != tt.wantMemory {
+			t.Errorf("%s: budget %d from %q (%d bytes), want %d from %q (%d bytes)",
+				tt.name, budget, src.name, src.bytes, tt.wantBudget, tt.wantSource, tt.wantMemory)
+		}
+	}
+}
+
+func TestConcurrencyCap(t *testing.T) {
+	for _, tt := range []struct{ in, want int }{{1, 1}, {4, 4}, {8, 8}, {64, 64}, {256, 256}, {257, engine.MaxConcurrentLimit}, {1 << 40, engine.MaxConcurrentLimit}} {
+		if got, err := concurrencyCap(tt.in); err != nil || got != tt.want {
+			t.Errorf("concurrencyCap(%d) = %d, %v, want %d", tt.in, got, err, tt.want)
+		}
+	}
+	for _, in := range []int{0, -1} {
+		var ue usageError
+		if _, err := concurrencyCap(in); !errors.As(err, &ue) {
+			t.Errorf("concurrencyCap(%d) error %v, want a usage error", in, err)
+		}
+	}
+}
+
+func TestServeMaxConcurrentBelowOne(t *testing.T) {
+	_, stderr, code := run(t, "serve", "--model", stories, "--addr", "127.0.0.1:0", "--max-concurrent", "0")
+	if code != 2 || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "--max-concurrent 0") {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+}
+
+// On the CPU the budget comes from physical memory, and a cap above the
+// limit is clamped with a warning, never silently.
+func TestServeLogsBudgetSourceAndClamp(t *testing.T) {
+	cmd := exec.Command(binPath, "serve", "--model", stories, "--addr", "127.0.0.1:0", "--device", "cpu", "--max-concurrent", "1000")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}()
+	var clamped, budget, ready bool
+	var log []string
+	lines := bufio.NewScanner(stderr)
+	for !ready && lines.Scan() {
+		line := lines.Text()
+		log = append(log, line)
+		clamped = clamped || strings.Contains(line, "level=WARN") && strings.Contains(line, "requested=1000 max_concurrent=256")
+		budget = budget || strings.Contains(line, `msg="kv budget" source="physical memory"`)
+		ready = strings.Contains(line, `msg="model ready"`)
+	}
+	if !clamped || !budget || !ready {
+		t.Fatalf("clamp warned %v, budget source logged %v, ready %v; log:\n%s", clamped, budget, ready, strings.Join(log, "\n"))
+	}
+}
