@@ -12,7 +12,12 @@
 //
 // # Definitions
 //
-// A request is timed from just before it is sent. Content is a streamed
+// A request is timed from just before it is sent. One whose connection
+// breaks before any byte of the response (a server that closes a
+// kept-alive connection as the client reuses it, as llama.cpp's server
+// does after each streamed answer) is sent again on a fresh connection,
+// at most twice, and timed from the attempt that was answered; the
+// retries are counted, not failed. Content is a streamed
 // chunk carrying non-empty text (chat delta content or reasoning, or
 // completion text); role-only, finish-only and usage chunks are not
 // content.

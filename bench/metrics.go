@@ -65,6 +65,10 @@ type Summary struct {
 	Failed    int `json:"failed"`
 	// Failures counts failed requests by kind.
 	Failures map[FailureKind]int `json:"failures"`
+	// Retries counts attempts sent again on a fresh connection after
+	// theirs broke before any response (see [Record]); they are neither
+	// requests nor failures.
+	Retries int `json:"retries,omitempty"`
 	// Duration runs from the level's first send to its last completion.
 	Duration time.Duration `json:"-"`
 	// PromptTokens and OutputTokens sum the successful requests.
@@ -95,6 +99,7 @@ func Summarize(records []Record, duration time.Duration, slo SLO) Summary {
 	s := Summary{Requests: len(records), Duration: duration, Failures: map[FailureKind]int{}}
 	var ttft, tpot, itl, e2e []time.Duration
 	for _, r := range records {
+		s.Retries += r.Retries
 		if !r.OK() {
 			s.Failed++
 			s.Failures[r.Failure.Kind]++

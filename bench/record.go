@@ -56,6 +56,9 @@ type Record struct {
 	Source       TokenSource
 	// Failure is nil for a successful request.
 	Failure *Failure
+	// Retries counts the earlier attempts whose connection broke before
+	// any byte of the response; the record times the last attempt.
+	Retries int
 }
 
 // OK reports whether the request succeeded.
@@ -94,6 +97,7 @@ func (r Record) MarshalJSON() ([]byte, error) {
 		PromptTokens int         `json:"prompt_tokens"`
 		Source       TokenSource `json:"token_source,omitempty"`
 		Failure      *Failure    `json:"failure,omitempty"`
+		Retries      int         `json:"retries,omitempty"`
 	}{r.Index, r.OK(), ms(r.Sent), ms(r.TTFT), tpot, ms(r.E2E), itl, r.Chunks,
-		r.OutputTokens, r.PromptTokens, r.Source, r.Failure})
+		r.OutputTokens, r.PromptTokens, r.Source, r.Failure, r.Retries})
 }

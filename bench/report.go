@@ -147,6 +147,9 @@ func WriteTable(w io.Writer, r *Report) error {
 			if l.Summary.Failed > 0 {
 				fmt.Fprintf(w, "%s %s: %d failed (%s)\n", t.Target.Name, l.Level.Label(), l.Summary.Failed, failureCounts(l.Summary))
 			}
+			if l.Summary.Retries > 0 {
+				fmt.Fprintf(w, "%s %s: %d retries on a fresh connection\n", t.Target.Name, l.Level.Label(), l.Summary.Retries)
+			}
 		}
 	}
 	return nil
@@ -195,6 +198,17 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 				first = false
 			}
 			fmt.Fprintf(&b, "- %s: %d of %d (%s)\n", l.Level.Label(), l.Summary.Failed, l.Summary.Requests, failureCounts(l.Summary))
+		}
+		first = true
+		for _, l := range t.Levels {
+			if l.Summary.Retries == 0 {
+				continue
+			}
+			if first {
+				b.WriteString("\nSent again on a fresh connection (the connection broke before any response; timed from the last attempt):\n\n")
+				first = false
+			}
+			fmt.Fprintf(&b, "- %s: %d retries\n", l.Level.Label(), l.Summary.Retries)
 		}
 	}
 	for _, c := range Compare(r) {

@@ -11,7 +11,10 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"net/http/httptrace"
+	neturl "net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -110,14 +113,54 @@ func (c *chunk) content() string {
 	return s
 }
 
+// maxRetries bounds how often a request is sent again after its
+// connection broke before any byte of the response.
+const maxRetries = 2
+
 // send runs one request for prompt p against url and records it, its
 // send time as an offset from origin. It returns when the stream ends,
 // fails or times out; it never panics on what the server sends.
+//
+// A request whose connection fails before any byte of the response
+// arrives (EOF, a reset, the server closing an idle keep-alive
+// connection just as it was reused: llama.cpp's server closes the
+// connection after each streamed answer) is sent again on a fresh
+// connection, at most maxRetries times. Such an attempt is not a
+// failure: the record is the last attempt's, timed from its own send,
+// and counts the retries.
 func send(ctx context.Context, client *http.Client, url string, w *Workload, p Prompt, origin time.Time) Record {
+	var fresh *http.Client
+	defer func() {
+		if fresh != nil {
+			fresh.CloseIdleConnections()
+		}
+	}()
+	for retries := 0; ; retries++ {
+		rec, retry := attempt(ctx, client, url, w, p, origin)
+		rec.Retries = retries
+		if !retry || retries == maxRetries {
+			return rec
+		}
+		if fresh == nil {
+			fresh = freshClient(client)
+		}
+		client = fresh
+	}
+}
+
+// attempt sends the request once. retry is true when the client failed
+// with a transport error before any byte of the response (not a refused
+// dial: nothing listens there), with the run and the request's own
+// timeout still live.
+func attempt(ctx context.Context, client *http.Client, url string, w *Workload, p Prompt, origin time.Time) (rec Record, retry bool) {
 	rctx, cancel := context.WithTimeout(ctx, w.timeout())
 	defer cancel()
+	var responded atomic.Bool
+	rctx = httptrace.WithClientTrace(rctx, &httptrace.ClientTrace{
+		GotFirstResponseByte: func() { responded.Store(true) },
+	})
 	start := time.Now()
-	rec := Record{Sent: start.Sub(origin)}
+	rec = Record{Sent: start.Sub(origin)}
 	err := exchange(rctx, cancel, client, url, w, p, start, &rec)
 	if rec.E2E == 0 {
 		rec.E2E = time.Since(start)
@@ -127,8 +170,28 @@ func send(ctx context.Context, client *http.Client, url string, w *Workload, p P
 		if rec.Failure.Kind == FailTimeout {
 			rec.Failure.Reason = fmt.Sprintf("no end of stream within %s (%d content chunks): %v", w.timeout(), rec.Chunks, err)
 		}
+		var uerr *neturl.Error
+		retry = rec.Failure.Kind == FailTransport && errors.As(err, &uerr) && !responded.Load()
 	}
-	return rec
+	return rec, retry
+}
+
+// freshClient is client without keep-alive, so that each of its
+// requests dials a connection of its own; with a transport other than
+// *http.Transport, client itself.
+func freshClient(client *http.Client) *http.Client {
+	t, ok := client.Transport.(*http.Transport)
+	if client.Transport == nil {
+		t, ok = http.DefaultTransport.(*http.Transport)
+	}
+	if !ok {
+		return client
+	}
+	t = t.Clone()
+	t.DisableKeepAlives = true
+	c := *client
+	c.Transport = t
+	return &c
 }
 
 // exchange sends the request and reads its stream into rec; it sets
