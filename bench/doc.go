@@ -48,8 +48,13 @@
 //     becomes a failure, never a hang or a panic.
 //   - The request mix is a pure function of the workload and its seed:
 //     every target sees the same prompts in the same order and, open
-//     loop, the same arrival times; levels get distinct prompts so one
-//     level does not warm a server's prefix cache for the next.
+//     loop, the same arrival times. Prompts are drawn from a seed
+//     derived from the base seed, the prompt set and the level, so that
+//     no level, and not the warm-up, shares a prompt or its opening with
+//     another, within a run or across runs of one seed whose levels or
+//     prompt set differ: a server's prompt cache never answers for its
+//     prefill. Shared-prefix prompts share prefixes within their level
+//     only.
 //   - Metric math is pure: it reads recorded durations, never the clock.
 //
 // # Imports

@@ -67,7 +67,7 @@ func (d *Driver) Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.Targets[i].Target = t
 	}
 	for li, lvl := range w.Levels {
-		prompts := w.Prompts.prompts(w.Seed, li, w.Requests)
+		prompts := w.levelPrompts(li)
 		var arrivals []time.Duration
 		if lvl.OpenLoop() {
 			arrivals = poisson(source(w.Seed, streamArrivals, li), lvl.Rate, w.Requests)
@@ -102,7 +102,7 @@ func (d *Driver) warmup(ctx context.Context, client *http.Client, t Target, w *W
 	url := t.base() + w.Endpoint.path()
 	bar := newProgress(d.Progress, t.Name+" warmup", w.Warmup)
 	origin := time.Now()
-	for _, p := range w.Prompts.build(source(w.Seed, streamWarmup, 0), w.Warmup) {
+	for _, p := range w.warmupPrompts() {
 		if ctx.Err() != nil {
 			break
 		}

@@ -271,3 +271,63 @@ func TestRunRejectsBadConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestTargetsSeeSamePrompts: every target gets the warm-up and each
+// level's prompts, the same ones, and no target sees a prompt twice.
+func TestTargetsSeeSamePrompts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mem memNet
+		a, srvA := mem.serve("a:80", steady)
+		defer srvA.Close()
+		b, srvB := mem.serve("b:80", steady)
+		defer srvB.Close()
+		client := mem.client()
+		defer client.CloseIdleConnections()
+
+		w := testWorkload()
+		w.Endpoint = EndpointCompletions
+		w.Prompts = PromptSet{Shape: PromptsRandom, Tokens: 16}
+		w.Levels = []Level{{Concurrency: 1}, {Concurrency: 2}, {Concurrency: 4}}
+		w.Warmup = 2
+		targets := []Target{{Name: "a", URL: srvA.URL}, {Name: "b", URL: srvB.URL}}
+		if _, err := (&Driver{Client: client}).Run(t.Context(), Config{Targets: targets, Workload: w}); err != nil {
+			t.Fatal(err)
+		}
+		// Each target's prompts in the order it got them, split into
+		// the warm-up and the levels, each sorted (within a level the
+		// workers race).
+		split := func(f *fake) [][]string {
+			var got []string
+			for _, body := range f.requests() {
+				got = append(got, body["prompt"].(string))
+			}
+			if len(got) != w.Warmup+len(w.Levels)*w.Requests {
+				t.Fatalf("%d requests, want %d", len(got), w.Warmup+len(w.Levels)*w.Requests)
+			}
+			groups := [][]string{got[:w.Warmup]}
+			for i := w.Warmup; i < len(got); i += w.Requests {
+				groups = append(groups, got[i:i+w.Requests])
+			}
+			for _, g := range groups {
+				slices.Sort(g)
+			}
+			return groups
+		}
+		ga, gb := split(a), split(b)
+		seen := map[string]bool{}
+		for i := range ga {
+			if !slices.Equal(ga[i], gb[i]) {
+				t.Errorf("group %d: a got %q, b got %q", i, ga[i], gb[i])
+			}
+			for _, p := range ga[i] {
+				if seen[p] {
+					t.Errorf("prompt sent twice to one target: %q", p)
+				}
+				seen[p] = true
+			}
+		}
+		if want := w.levelPrompts(0)[0].Text; !slices.Contains(ga[1], want) {
+			t.Errorf("level c=1 lacks its first prompt %q", want)
+		}
+	})
+}

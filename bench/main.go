@@ -202,7 +202,7 @@ func parseFlags(args []string, stderr io.Writer) (Config, cliOptions, error) {
 	fs.DurationVar(&w.SLO.TTFT, "slo-ttft", 0, "goodput: TTFT bound (`duration`; 0: none)")
 	fs.DurationVar(&w.SLO.TPOT, "slo-tpot", 0, "goodput: TPOT bound (`duration`; 0: none)")
 	fs.DurationVar(&w.SLO.E2E, "slo-e2e", 0, "goodput: E2E bound (`duration`; 0: none)")
-	fs.Uint64Var(&w.Seed, "seed", 0, "`seed` of prompts and arrival times")
+	fs.Uint64Var(&w.Seed, "seed", 0, "`seed` of prompts and arrival times (a run repeated against the same servers needs another, or their prompt caches answer)")
 	fs.StringVar(&opts.out, "out", "", "`dir` to write results.json, report.md and plots into (empty: none)")
 	fs.BoolVar(&opts.records, "records", false, "include every request in results.json")
 	fs.BoolVar(&opts.progress, "progress", true, "draw a progress bar on stderr")

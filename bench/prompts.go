@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"fmt"
+	"hash/fnv"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -42,12 +44,9 @@ really almost let above girl sometimes mountain cut young talk soon list song
 being leave family
 `)
 
-// stream ids keep the random sources of one seed apart.
-const (
-	streamPrompts  = 1
-	streamArrivals = 2
-	streamWarmup   = 3
-)
+// streamArrivals keeps the arrival times' random source apart from the
+// prompts'.
+const streamArrivals = 2
 
 // source is the deterministic random source of one purpose within one
 // level: PCG is specified exactly, so a seed reproduces across platforms
@@ -56,12 +55,46 @@ func source(seed uint64, stream uint64, level int) *rand.Rand {
 	return rand.New(rand.NewPCG(seed, stream<<32|uint64(level)))
 }
 
-// prompts builds a level's n prompts from the seed and the level's index.
-// Words are drawn independently from a few hundred, so prompts of more
-// than a handful of words do not repeat; for the shared-prefix shape each
-// prompt's prefix is drawn at random among the level's prefixes.
-func (p PromptSet) prompts(seed uint64, level, n int) []Prompt {
-	return p.build(source(seed, streamPrompts, level), n)
+// promptSource is the random source of the prompts of level li, or of
+// the warm-up for li < 0. Its seed derives from the base seed, the
+// prompt set and the level (its index, concurrency and rate; for the
+// warm-up, every level), so that servers with a prompt cache (vLLM,
+// llama.cpp's server, mlx-lm) never see a prompt twice within a run,
+// nor across the runs of one seed that differ in their levels or prompt
+// set (a concurrency sweep, then a Poisson run, against the same
+// servers): no level reuses another's prompts, or a prefix of them,
+// and none reuses the warm-up's. Every target of a run gets the same
+// prompts for the same level. A run repeated with the same seed and
+// workload repeats its prompts: give it another seed.
+func (w *Workload) promptSource(li int) *rand.Rand {
+	h := fnv.New64a()
+	p := w.Prompts
+	fmt.Fprintf(h, "prompts %s %d %g %d %d;", p.Shape, p.Tokens, p.spread(), p.prefixes(), p.prefixTokens())
+	levels := w.Levels
+	if li >= 0 {
+		levels = w.Levels[li : li+1]
+		fmt.Fprintf(h, "level %d;", li)
+	} else {
+		fmt.Fprint(h, "warmup;")
+	}
+	for _, l := range levels {
+		fmt.Fprintf(h, "%d %g;", l.Concurrency, l.Rate)
+	}
+	return rand.New(rand.NewPCG(w.Seed, h.Sum64()))
+}
+
+// levelPrompts builds level li's prompts, one per request. Words are
+// drawn independently from a few hundred, so prompts of more than a
+// handful of words do not repeat; for the shared-prefix shape each
+// prompt's prefix is drawn at random among the level's own prefixes.
+func (w *Workload) levelPrompts(li int) []Prompt {
+	return w.Prompts.build(w.promptSource(li), w.Requests)
+}
+
+// warmupPrompts builds the warm-up's prompts, the same for every
+// target and distinct from every level's.
+func (w *Workload) warmupPrompts() []Prompt {
+	return w.Prompts.build(w.promptSource(-1), w.Warmup)
 }
 
 func (p PromptSet) build(r *rand.Rand, n int) []Prompt {

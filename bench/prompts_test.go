@@ -8,18 +8,25 @@ import (
 	"time"
 )
 
+// levelPrompts builds level li's n prompts of set p under seed, among
+// levels c=1 and c=2.
+func levelPrompts(p PromptSet, seed uint64, li, n int) []Prompt {
+	w := Workload{Prompts: p, Levels: []Level{{Concurrency: 1}, {Concurrency: 2}}, Requests: n, Seed: seed}
+	return w.levelPrompts(li)
+}
+
 func TestPromptsAreReproducible(t *testing.T) {
 	for _, shape := range []PromptShape{PromptsRandom, PromptsFixed, PromptsSharedPrefix} {
 		t.Run(string(shape), func(t *testing.T) {
 			p := PromptSet{Shape: shape, Tokens: 40}
-			a, b := p.prompts(7, 0, 20), p.prompts(7, 0, 20)
+			a, b := levelPrompts(p, 7, 0, 20), levelPrompts(p, 7, 0, 20)
 			if !slices.Equal(a, b) {
 				t.Fatal("same seed and level gave different prompts")
 			}
-			if slices.Equal(a, p.prompts(8, 0, 20)) {
+			if slices.Equal(a, levelPrompts(p, 8, 0, 20)) {
 				t.Error("another seed gave the same prompts")
 			}
-			if slices.Equal(a, p.prompts(7, 1, 20)) {
+			if slices.Equal(a, levelPrompts(p, 7, 1, 20)) {
 				t.Error("another level gave the same prompts")
 			}
 			seen := map[string]bool{}
@@ -28,6 +35,63 @@ func TestPromptsAreReproducible(t *testing.T) {
 					t.Errorf("prompt repeated: %q", q.Text)
 				}
 				seen[q.Text] = true
+			}
+		})
+	}
+}
+
+// opening is a prompt's first words: two prompts that share them would
+// share a prefix in a server's prompt cache.
+func opening(p Prompt) string {
+	w := strings.Fields(p.Text)
+	return strings.Join(w[:min(4, len(w))], " ")
+}
+
+// TestPromptsFresh: within a run, no level shares a prompt opening (or,
+// shared-prefix, a prefix) with another or with the warm-up; nor do
+// runs of one seed that differ in their levels (a sweep, then a Poisson
+// run) or in their prompt lengths.
+func TestPromptsFresh(t *testing.T) {
+	sweep := Workload{Levels: []Level{{Concurrency: 1}, {Concurrency: 2}, {Concurrency: 4}, {Concurrency: 8}}, Requests: 32, Warmup: 4, Seed: 1}
+	poisson := sweep
+	poisson.Levels = []Level{{Rate: 0.2}, {Rate: 0.5, Concurrency: 8}}
+	for _, shape := range []PromptShape{PromptsRandom, PromptsFixed, PromptsSharedPrefix} {
+		t.Run(string(shape), func(t *testing.T) {
+			set := PromptSet{Shape: shape, Tokens: 40, Prefixes: 2, PrefixTokens: 30}
+			longer := set
+			longer.Tokens, longer.PrefixTokens = 128, 96
+			// owner maps a prompt opening, or a shared prefix, to the
+			// group (run and level, or warm-up) that used it first.
+			owner := map[string]string{}
+			for _, run := range []struct {
+				name string
+				w    Workload
+				set  PromptSet
+			}{{"sweep", sweep, set}, {"poisson", poisson, set}, {"longer sweep", sweep, longer}} {
+				w := run.w
+				w.Prompts = run.set
+				groups := map[string][]Prompt{run.name + " warmup": w.warmupPrompts()}
+				for li, l := range w.Levels {
+					groups[run.name+" "+l.Label()] = w.levelPrompts(li)
+				}
+				for group, prompts := range groups {
+					keys := map[string]bool{}
+					for _, p := range prompts {
+						key := opening(p)
+						if shape == PromptsSharedPrefix {
+							key = strings.Join(strings.Fields(p.Text)[:run.set.prefixTokens()], " ")
+						} else if keys[key] {
+							t.Errorf("%s: two prompts open with %q", group, key)
+						}
+						keys[key] = true
+					}
+					for key := range keys {
+						if prev, ok := owner[key]; ok && prev != group {
+							t.Errorf("%s reuses %s's prompt opening %q", group, prev, clip(key))
+						}
+						owner[key] = group
+					}
+				}
 			}
 		})
 	}
@@ -47,7 +111,7 @@ func TestPromptLengths(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lens := map[int]bool{}
-			for _, q := range tc.set.prompts(1, 0, 200) {
+			for _, q := range levelPrompts(tc.set, 1, 0, 200) {
 				n := len(strings.Fields(q.Text))
 				if n != q.Words {
 					t.Fatalf("prompt has %d words, says %d", n, q.Words)
@@ -68,7 +132,7 @@ func TestSharedPrefixes(t *testing.T) {
 	p := PromptSet{Shape: PromptsSharedPrefix, Tokens: 40, Prefixes: 3, PrefixTokens: 30}
 	prefix := map[int]string{}
 	suffixes := map[string]bool{}
-	for _, q := range p.prompts(3, 0, 60) {
+	for _, q := range levelPrompts(p, 3, 0, 60) {
 		w := strings.Fields(q.Text)
 		head, tail := strings.Join(w[:30], " "), strings.Join(w[30:], " ")
 		if q.Prefix < 0 || q.Prefix >= 3 {
