@@ -35,6 +35,19 @@
 // already running can grow into it. Shrinking the capacity never evicts: it
 // stops admissions until the ledger drains.
 //
+// # The loop around the core
+//
+// Engine runs the Scheduler's plans on the model's MLX thread. Every row's
+// keys and values live in one kvpool.Pool (see that package: blocks of 256
+// tokens, per-row block tables, sliding groups bounded at their ring). A
+// plan's prefill chunks and decode rows run as one forward pass over the
+// flattened step; logits are computed only for the rows that sample. Greedy
+// rows that ask no logprobs take the argmax on the device, so only their
+// token ids cross to the host; the others copy their row of logits and
+// sample on the host with their own seeded sampler. The layout the ledger
+// charges (LayoutOf) counts whole pool blocks, so between steps the ledger
+// holds exactly the bytes the pool's sequences hold.
+//
 // # Invariants
 //
 // At every point between calls:

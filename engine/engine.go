@@ -9,6 +9,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/goprovider/provider/kvpool"
 	"github.com/goprovider/provider/mlx"
 	"github.com/goprovider/provider/model"
 	"github.com/goprovider/provider/sample"
@@ -52,8 +53,9 @@ func (o Options) withDefaults() Options {
 
 // LayoutOf derives the ledger's KV layout from a model's layer kinds and
 // activation dtype.
+// It charges whole blocks of the KV pool.
 func LayoutOf(c model.Config) KVLayout {
-	l := KVLayout{Layers: make([]LayerKV, len(c.Kinds))}
+	l := KVLayout{Layers: make([]LayerKV, len(c.Kinds)), Block: kvpool.BlockTokens}
 	for i, k := range c.Kinds {
 		l.Layers[i] = LayerKV{KVHeads: k.KVHeads, HeadDim: k.HeadDim, ElemBytes: c.ActDType.Size(), Window: k.Window, SharedFrom: k.SharedFrom}
 	}
@@ -65,9 +67,9 @@ type live struct {
 	gen      Generation
 	ctx      context.Context
 	events   chan Event
-	seq      []int32 // prompt followed by every sampled token
-	emitted  int     // completion tokens delivered
-	cache    model.Cache
+	seq      []int32     // prompt followed by every sampled token
+	emitted  int         // completion tokens delivered
+	kv       *kvpool.Seq // nil until the row first runs, and after preemption
 	sampler  *sample.Sampler
 	progress time.Time // last admission, prefill or decode progress
 	done     bool
@@ -84,6 +86,8 @@ type Engine struct {
 	th  *mlx.Thread
 	s   mlx.Stream
 	net model.Network
+	// pool holds every row's keys and values; only the loop touches it.
+	pool *kvpool.Pool
 
 	mu        sync.Mutex
 	sched     *Scheduler
@@ -103,9 +107,16 @@ type Engine struct {
 
 // New starts the loop for net on th, whose stream is s. net, th and s stay
 // owned by the caller and must outlive the Engine.
-func New(net model.Network, th *mlx.Thread, s mlx.Stream, opt Options) *Engine {
+func New(net model.Network, th *mlx.Thread, s mlx.Stream, opt Options) (*Engine, error) {
 	opt = opt.withDefaults()
+	var pool *kvpool.Pool
+	var err error
+	th.Do(func() { pool, err = model.NewPool(net, s, kvpool.Options{}) })
+	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
 	e := &Engine{
+		pool:  pool,
 		opt:   opt,
 		th:    th,
 		s:     s,
@@ -117,7 +128,7 @@ func New(net model.Network, th *mlx.Thread, s mlx.Stream, opt Options) *Engine {
 		done:  make(chan struct{}),
 	}
 	go e.loop()
-	return e
+	return e, nil
 }
 
 // Submit queues a generation. The returned channel delivers its events and
@@ -242,6 +253,7 @@ func (e *Engine) poke() {
 
 func (e *Engine) loop() {
 	defer close(e.done)
+	defer e.th.Do(e.pool.Close)
 	// idlePoll bounds how long an idle loop sleeps, so leases of rows that
 	// wait without progress still expire.
 	const idlePoll = time.Second
@@ -330,15 +342,19 @@ func (e *Engine) end(l *live, ev Event) {
 	if l.unwatch != nil {
 		l.unwatch()
 	}
-	if l.cache != nil {
-		l.cache.Free()
-		l.cache = nil
-	}
+	l.freeSeq()
 	if ev.Kind == EventFinished {
 		ev.Usage = Usage{PromptTokens: len(l.gen.Prompt), CompletionTokens: l.emitted}
 	}
 	l.events <- ev
 	close(l.events)
+}
+
+// work is one row's part of a step.
+type work struct {
+	l      *live
+	tokens []int32
+	sample bool
 }
 
 // tick runs one scheduling step on the MLX thread and reports whether it
@@ -396,11 +412,6 @@ func (e *Engine) tick() bool {
 	for _, id := range plan.Preempted {
 		pre = append(pre, e.rows[id])
 	}
-	type work struct {
-		l      *live
-		tokens []int32
-		sample bool
-	}
 	var batch []work
 	for _, c := range plan.Prefill {
 		l := e.rows[c.ID]
@@ -427,72 +438,69 @@ func (e *Engine) tick() bool {
 		}
 	}
 	for _, l := range pre {
-		if l != nil && l.cache != nil {
-			l.cache.Free()
-			l.cache = nil
+		if l != nil {
+			l.freeSeq()
 		}
 	}
 	if len(batch) == 0 {
 		return len(gone)+len(fins) > 0
 	}
 
-	tokens := make([][]int32, len(batch))
-	caches := make([]model.Cache, len(batch))
+	rows := make([]kvpool.Row, len(batch))
 	for i, w := range batch {
-		if w.l.cache == nil {
-			w.l.cache = e.net.NewCache()
+		if w.l.kv == nil {
+			w.l.kv = e.pool.NewSeq()
 		}
-		tokens[i], caches[i] = w.tokens, w.l.cache
+		rows[i] = kvpool.Row{Seq: w.l.kv, Tokens: w.tokens, Sample: w.sample}
 	}
 	start := e.opt.Clock.Now()
 	f := mlx.NewFrame(e.s)
-	logits := f.ToFloat32s(e.net.Forward(f, tokens, caches))
-	f.Free()
-	err := f.Err()
+	defer f.Free()
+	var picks []pick
+	b, err := e.pool.Begin(f, rows)
+	if err == nil {
+		picks = e.sampleStep(f, b, batch)
+		err = f.Err()
+	}
+	if err == nil {
+		b.Commit()
+	}
 	if e.opt.Clock.Now().Sub(start) > e.opt.StepTimeout {
 		e.mu.Lock()
 		e.slowSteps++
 		e.mu.Unlock()
 	}
 	var res StepResult
-	vocab := e.net.Config().Vocab
 	eos := map[int32]bool{}
 	for _, id := range e.net.Config().EOS {
 		eos[id] = true
 	}
 	after := e.opt.Clock.Now()
-	for i, w := range batch {
+	next := 0
+	for _, w := range batch {
 		l := w.l
 		if err != nil {
 			res.Failed = append(res.Failed, l.gen.ID)
+			l.freeSeq()
 			continue
 		}
 		l.progress = after
 		if !w.sample {
 			continue
 		}
-		row := logits[i*vocab : (i+1)*vocab]
-		tok := l.sampler.Next(row)
-		l.seq = append(l.seq, tok)
-		if eos[tok] {
+		p := picks[next]
+		next++
+		l.seq = append(l.seq, p.tok)
+		if eos[p.tok] {
 			res.Stopped = append(res.Stopped, l.gen.ID)
 			continue
 		}
-		ev := Event{Kind: EventDelta, Tokens: []int32{tok}}
-		if l.gen.TopLogprobs >= 0 {
-			chosen, top := sample.Logprobs(row, tok, l.gen.TopLogprobs)
-			ev.Logprobs = []Logprob{{Token: tok, Logprob: chosen.Logprob, Top: top}}
+		ev := Event{Kind: EventDelta, Tokens: []int32{p.tok}}
+		if p.logprobs != nil {
+			ev.Logprobs = p.logprobs
 		}
 		l.emitted++
 		l.events <- ev
-	}
-	if err != nil {
-		for _, w := range batch {
-			if w.l.cache != nil {
-				w.l.cache.Free()
-				w.l.cache = nil
-			}
-		}
 	}
 	e.mu.Lock()
 	locked = true
@@ -500,4 +508,66 @@ func (e *Engine) tick() bool {
 	locked = false
 	e.mu.Unlock()
 	return true
+}
+
+// pick is one sampling row's token and, when asked, its log-probabilities.
+type pick struct {
+	tok      int32
+	logprobs []Logprob
+}
+
+// sampleStep runs the step's forward pass and picks each sampling row's
+// token. Greedy rows without logprobs take the argmax on the device, so
+// only their token ids cross to the host; the others copy their row of
+// logits and sample there with their own seeded sampler.
+func (e *Engine) sampleStep(f *mlx.Frame, b *kvpool.Batch, batch []work) []pick {
+	logits := e.net.Forward(f, b)
+	var hostRows []int32
+	var sampling []*live
+	for _, w := range batch {
+		if !w.sample {
+			continue
+		}
+		sampling = append(sampling, w.l)
+		if !w.l.deviceGreedy() {
+			hostRows = append(hostRows, int32(len(sampling)-1))
+		}
+	}
+	ids := f.ToInt32s(f.Argmax(logits, 1, false))
+	var rows []float32
+	if len(hostRows) > 0 {
+		rows = f.ToFloat32s(f.Take(logits, f.Int32s(hostRows, len(hostRows)), 0))
+	}
+	if f.Err() != nil {
+		return nil
+	}
+	vocab := e.net.Config().Vocab
+	picks := make([]pick, len(sampling))
+	h := 0
+	for i, l := range sampling {
+		if l.deviceGreedy() {
+			picks[i] = pick{tok: ids[i]}
+			continue
+		}
+		row := rows[h*vocab : (h+1)*vocab]
+		h++
+		tok := l.sampler.Next(row)
+		picks[i] = pick{tok: tok}
+		if l.gen.TopLogprobs >= 0 {
+			chosen, top := sample.Logprobs(row, tok, l.gen.TopLogprobs)
+			picks[i].logprobs = []Logprob{{Token: tok, Logprob: chosen.Logprob, Top: top}}
+		}
+	}
+	return picks
+}
+
+// deviceGreedy reports whether the row's token is the device's argmax.
+func (l *live) deviceGreedy() bool { return l.sampler.Greedy() && l.gen.TopLogprobs < 0 }
+
+// freeSeq returns the row's blocks to the pool.
+func (l *live) freeSeq() {
+	if l.kv != nil {
+		l.kv.Free()
+		l.kv = nil
+	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/goprovider/provider/engine"
 	"github.com/goprovider/provider/engine/enginetest"
+	"github.com/goprovider/provider/kvpool"
 	"github.com/goprovider/provider/mlx"
 	"github.com/goprovider/provider/model"
 	"github.com/goprovider/provider/tokenizer"
@@ -153,12 +154,12 @@ type panicking struct {
 	calls, nth int
 }
 
-func (p *panicking) Forward(f *mlx.Frame, tokens [][]int32, caches []model.Cache) mlx.Array {
+func (p *panicking) Forward(f *mlx.Frame, b *kvpool.Batch) mlx.Array {
 	p.calls++
 	if p.calls >= p.nth {
 		panic("scripted failure")
 	}
-	return p.Network.Forward(f, tokens, caches)
+	return p.Network.Forward(f, b)
 }
 
 func TestPanickingStepStopsTheEngineLoudly(t *testing.T) {

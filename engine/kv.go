@@ -35,6 +35,11 @@ func (l LayerKV) tokenBytes() int64 {
 // is the only model fact the scheduler needs.
 type KVLayout struct {
 	Layers []LayerKV
+	// Block is the allocation unit in tokens: when positive, every layer is
+	// charged whole blocks, exactly as the KV pool holds them (a sliding
+	// layer at most the ring of blocks its window needs); 0 charges single
+	// tokens.
+	Block int
 }
 
 // Validate reports the first malformed layer: a storage-owning layer with a
@@ -65,6 +70,12 @@ func (l KVLayout) Validate() error {
 // min(tokens, Window) for sliding ones. It is non-decreasing in tokens, and
 // constant in the sliding part once tokens reaches a layer's window. A
 // non-positive count costs nothing; the sum saturates at math.MaxInt64.
+//
+// With a Block, a full-attention layer retains ceil(tokens/Block) blocks
+// and a sliding one min(that, ceil((Window-1)/Block)+1) blocks: the newest
+// blocks that still hold the Window-1 positions the next query sees,
+// wherever the block boundaries fall. That is what the KV pool holds
+// between steps, so the ledger's charge equals the pool's bytes.
 func (l KVLayout) SequenceBytes(tokens int) int64 {
 	if tokens <= 0 {
 		return 0
@@ -75,7 +86,14 @@ func (l KVLayout) SequenceBytes(tokens int) int64 {
 			continue
 		}
 		retained := tokens
-		if layer.Sliding() && layer.Window < retained {
+		switch {
+		case l.Block > 0:
+			blocks := (tokens + l.Block - 1) / l.Block
+			if layer.Sliding() {
+				blocks = min(blocks, (layer.Window-1+l.Block-1)/l.Block+1)
+			}
+			retained = blocks * l.Block
+		case layer.Sliding() && layer.Window < retained:
 			retained = layer.Window
 		}
 		total = satAdd(total, satMul(int64(retained), layer.tokenBytes()))

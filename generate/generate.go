@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/goprovider/provider/kvpool"
 	"github.com/goprovider/provider/mlx"
 	"github.com/goprovider/provider/model"
 	"github.com/goprovider/provider/sample"
@@ -56,8 +57,12 @@ func Run(ctx context.Context, s mlx.Stream, net model.Network, prompt []int32, o
 	if len(prompt) == 0 {
 		return st, ErrEmptyPrompt
 	}
-	cache := net.NewCache()
-	defer cache.Free()
+	stepper, err := model.NewStepper(net, s)
+	if err != nil {
+		return st, fmt.Errorf("generate: %w", err)
+	}
+	defer stepper.Close()
+	seq := stepper.NewSeq()
 	stop := make(map[int32]bool, len(o.Stop))
 	for _, id := range o.Stop {
 		stop[id] = true
@@ -74,7 +79,7 @@ func Run(ctx context.Context, s mlx.Stream, net model.Network, prompt []int32, o
 			return st, err
 		}
 		f := mlx.NewFrame(s)
-		logits := f.ToFloat32s(net.Forward(f, [][]int32{next}, []model.Cache{cache}))
+		logits := f.ToFloat32s(stepper.Forward(f, [][]int32{next}, []*kvpool.Seq{seq}))
 		f.Free()
 		if err := f.Err(); err != nil {
 			return st, fmt.Errorf("generate: step %d: %w", step, err)

@@ -606,6 +606,91 @@ void attend(const View4& q, const View4& k, const View4& v, int B, int H, int KV
   }
 }
 
+// paged_attend writes the step's new keys and values into the pools, then
+// computes softmax(scale * q.k) v for every query token i of the step
+// against the keys of its own row. meta[i] = (row, position); the row's
+// keys live in the pools at slot table[row][pos / block] * block + pos %
+// block, and the query at position p sees positions max(0, p - window + 1)
+// .. p (0 ..p when window is 0). Every token's write precedes every read, so
+// a prefill chunk sees its own earlier tokens. Each output is computed in one
+// fixed order whatever the rest of the step holds.
+struct Paged {
+  const float* q;  // [N, H, D]
+  const float *knew, *vnew;  // [N, KVH, D] or null: nothing to write
+  float *kpool, *vpool;  // [slots, KVH, D]
+  const int32_t* slots;  // [N] write slots
+  const int32_t* table;  // [R, MB]
+  const int32_t* meta;   // [N, 2]
+  const float* sinks;    // [H] or null
+  int N, H, KVH, D, MB, block, window;
+  float scale;
+};
+
+void paged_attend(const Paged& a, float* out) {
+  const size_t row = static_cast<size_t>(a.KVH) * a.D;
+  if (a.knew != nullptr) {
+    for (int i = 0; i < a.N; i++) {
+      const size_t at = static_cast<size_t>(a.slots[i]) * row;
+      std::memcpy(a.kpool + at, a.knew + i * row, row * sizeof(float));
+      std::memcpy(a.vpool + at, a.vnew + i * row, row * sizeof(float));
+    }
+  }
+  const int rep = a.H / a.KVH;
+  const int tasks = a.N * a.H;
+  size_t work = 0;
+  for (int i = 0; i < a.N; i++) {
+    work += static_cast<size_t>(a.meta[2 * i + 1] + 1) * a.H * a.D;
+  }
+  auto task = [&](int t) {
+    const int i = t / a.H, h = t % a.H, kh = h / rep;
+    const int r = a.meta[2 * i], p = a.meta[2 * i + 1];
+    const int lo = a.window > 0 ? std::max(0, p - a.window + 1) : 0;
+    const int32_t* tab = a.table + static_cast<size_t>(r) * a.MB;
+    thread_local std::vector<float> sc, qv, acc;
+    sc.resize(p - lo + 1);
+    qv.resize(a.D);
+    acc.resize(a.D);
+    const float* qi = a.q + (static_cast<size_t>(i) * a.H + h) * a.D;
+    for (int d = 0; d < a.D; d++) {
+      qv[d] = qi[d] * a.scale;
+    }
+    auto slot = [&](int s) {
+      return (static_cast<size_t>(tab[s / a.block]) * a.block + s % a.block) * row + static_cast<size_t>(kh) * a.D;
+    };
+    float m = a.sinks != nullptr ? a.sinks[h] : -INFINITY;
+    for (int s = lo; s <= p; s++) {
+      const float d_ = dot(qv.data(), a.kpool + slot(s), a.D);
+      sc[s - lo] = d_;
+      m = std::max(m, d_);
+    }
+    float sum = a.sinks != nullptr ? std::exp(a.sinks[h] - m) : 0.0f;
+    for (int s = lo; s <= p; s++) {
+      sc[s - lo] = std::exp(sc[s - lo] - m);
+      sum += sc[s - lo];
+    }
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (int s = lo; s <= p; s++) {
+      const float pr = sc[s - lo];
+      const float* vs = a.vpool + slot(s);
+      for (int d = 0; d < a.D; d++) {
+        acc[d] += pr * vs[d];
+      }
+    }
+    float* o = out + (static_cast<size_t>(i) * a.H + h) * a.D;
+    const float inv = 1.0f / sum;
+    for (int d = 0; d < a.D; d++) {
+      o[d] = acc[d] * inv;
+    }
+  };
+  if (work < (1u << 18)) {
+    for (int t = 0; t < tasks; t++) {
+      task(t);
+    }
+  } else {
+    Pool::get().run(tasks, task);
+  }
+}
+
 bool on_cpu(const mx::Stream& s) {
   return s.device == mx::Device::cpu && !use_mlx_kernel();
 }
@@ -762,6 +847,121 @@ int mlx_fast_affine_linear(mlx_array* res, const mlx_array x, const mlx_array w,
                 std::move(in));
     set(res, out_type == mx::float32 ? y : mx::astype(y, out_type, st));
   });
+}
+
+// float_dtype maps the pool dtypes.
+static mx::Dtype float_dtype(mlx_dtype d) {
+  switch (d) {
+    case MLX_FLOAT32: return mx::float32;
+    case MLX_FLOAT16: return mx::float16;
+    case MLX_BFLOAT16: return mx::bfloat16;
+    default: throw std::invalid_argument("buffer: float32, float16 or bfloat16 only");
+  }
+}
+
+int mlx_fast_paged_attention(mlx_array* res, const mlx_array q, const mlx_array k_new, const mlx_array v_new,
+                             const mlx_array k_pool, const mlx_array v_pool, const mlx_array slots,
+                             const mlx_array table, const mlx_array meta, int block, int window, float scale,
+                             const mlx_array sinks, const mlx_stream s) {
+  return guard([&] {
+    const mx::Stream st = *static_cast<mx::Stream*>(s.ctx);
+    const mx::array &qa = arr(q), &kp = arr(k_pool), &vp = arr(v_pool);
+    const bool write = k_new.ctx != nullptr;
+    const bool has_s = sinks.ctx != nullptr;
+    if (st.device != mx::Device::cpu || qa.dtype() != mx::float32 || kp.dtype() != mx::float32 ||
+        vp.dtype() != mx::float32 || qa.ndim() != 3 || kp.ndim() != 3 || kp.shape() != vp.shape() ||
+        qa.shape(2) != kp.shape(2) || qa.shape(1) % kp.shape(1) != 0 || !kp.is_available() || !vp.is_available() ||
+        !kp.flags().row_contiguous || !vp.flags().row_contiguous || kp.data_size() != kp.size() ||
+        vp.data_size() != vp.size()) {
+      throw std::invalid_argument("paged_attention: needs float32 q [N, H, D] and evaluated row-contiguous pools [slots, KVH, D] on the CPU");
+    }
+    std::vector<mx::array> in{mx::contiguous(qa, false, st), kp, vp,
+                              mx::contiguous(mx::astype(arr(table), mx::int32, st), false, st),
+                              mx::contiguous(mx::astype(arr(meta), mx::int32, st), false, st)};
+    if (write) {
+      const mx::array &kn = arr(k_new), &vn = arr(v_new);
+      if (kn.ndim() != 3 || kn.shape(0) != qa.shape(0) || kn.shape(1) != kp.shape(1) || kn.shape(2) != kp.shape(2) ||
+          vn.shape() != kn.shape()) {
+        throw std::invalid_argument("paged_attention: new keys and values must be [N, KVH, D]");
+      }
+      in.push_back(mx::contiguous(mx::astype(kn, mx::float32, st), false, st));
+      in.push_back(mx::contiguous(mx::astype(vn, mx::float32, st), false, st));
+      in.push_back(mx::contiguous(mx::astype(arr(slots), mx::int32, st), false, st));
+    }
+    if (has_s) {
+      in.push_back(mx::contiguous(mx::astype(arr(sinks), mx::float32, st), false, st));
+    }
+    const int N = qa.shape(0), H = qa.shape(1), D = qa.shape(2), KVH = kp.shape(1);
+    auto fn = [=](const std::vector<mx::array>& in, mx::array& out) {
+      // The pools are written in place: they belong to the KV pool, which
+      // hands them to no other primitive while a step is in flight.
+      Paged a{in[0].data<float>(),
+              write ? in[5].data<float>() : nullptr,
+              write ? in[6].data<float>() : nullptr,
+              const_cast<float*>(in[1].data<float>()),
+              const_cast<float*>(in[2].data<float>()),
+              write ? in[7].data<int32_t>() : nullptr,
+              in[3].data<int32_t>(),
+              in[4].data<int32_t>(),
+              has_s ? in.back().data<float>() : nullptr,
+              N, H, KVH, D, in[3].shape(1), block, window, scale};
+      paged_attend(a, out.data<float>());
+    };
+    set(res, mx::array({N, H, D}, mx::float32, std::make_shared<HostOp>(st, "PagedAttention", std::move(fn)),
+                       std::move(in)));
+  });
+}
+
+int mlx_fast_buffer(mlx_array* res, const int* shape, size_t ndim, mlx_dtype dtype, const mlx_stream s) {
+  return guard([&] {
+    const mx::Stream st = *static_cast<mx::Stream*>(s.ctx);
+    mx::Shape sh(shape, shape + ndim);
+    const mx::Dtype dt = float_dtype(dtype);
+    if (st.device == mx::Device::cpu) {
+      // Uninitialized: pages the pool never touches cost no memory.
+      size_t n = mx::size_of(dt);
+      for (int d : sh) {
+        n *= static_cast<size_t>(d);
+      }
+      set(res, mx::array(mx::allocator::malloc(n), sh, dt));
+      return;
+    }
+    mx::array z = mx::contiguous(mx::zeros(sh, dt, st), false, st);
+    mx::eval(z);
+    set(res, z);
+  });
+}
+
+int mlx_fast_buffer_grow(mlx_array* res, const mlx_array old, int rows, const mlx_stream s) {
+  return guard([&] {
+    const mx::Stream st = *static_cast<mx::Stream*>(s.ctx);
+    const mx::array& o = arr(old);
+    mx::Shape sh = o.shape();
+    if (rows < sh[0]) {
+      throw std::invalid_argument("buffer_grow: cannot shrink");
+    }
+    const int held = sh[0];
+    sh[0] = rows;
+    if (st.device == mx::Device::cpu) {
+      // Writes into the old buffer run on the stream's worker: let them land.
+      mx::synchronize(st);
+      mx::array g(mx::allocator::malloc(o.nbytes() / std::max(held, 1) * rows), sh, o.dtype());
+      if (o.nbytes() > 0) {
+        std::memcpy(g.data<char>(), o.data<char>(), o.nbytes());
+      }
+      set(res, g);
+      return;
+    }
+    mx::Shape rest = sh;
+    rest[0] = rows - held;
+    mx::array g = mx::contiguous(mx::concatenate({o, mx::zeros(rest, o.dtype(), st)}, 0, st), false, st);
+    mx::eval(g);
+    set(res, g);
+  });
+}
+
+int mlx_fast_stream_is_cpu(const mlx_stream s) {
+  return static_cast<mx::Stream*>(s.ctx)->device == mx::Device::cpu ? 1 : 0;
 }
 
 int mlx_fast_cpu_threads(int n) {

@@ -52,3 +52,49 @@ func (f *Frame) mlxAttention(q, k, v Array, scale float32, maskMode string, sink
 		return C.mlx_fast_scaled_dot_product_attention(r, q.c, k.c, v.c, C.float(scale), cmode, C.mlx_array{}, sinks.c, f.s.c)
 	}, q, k, v)
 }
+
+// PagedAttention is one layer's attention over a paged KV pool, as one
+// primitive on the CPU stream (float32): it writes kNew and vNew ([N, KVH,
+// D]; invalid for a layer that reads another layer's pool) into kPool and
+// vPool ([slots, KVH, D], made by NewBuffer) at slots, in place, then
+// query token i of q [N, H, D], of row meta[i][0] at position meta[i][1],
+// attends over its row's positions max(0, p-window+1) .. p (window 0:
+// every earlier position), found at slot table[row][pos/block]*block +
+// pos%block. sinks (may be invalid) adds one logit per head to each
+// softmax's denominator. The result is [N, H, D].
+func (f *Frame) PagedAttention(q, kNew, vNew, kPool, vPool, slots, table, meta Array, block, window int, scale float32, sinks Array) Array {
+	in := []Array{q, kPool, vPool, table, meta}
+	if kNew.Valid() {
+		in = append(in, kNew, vNew, slots)
+	}
+	return f.op("paged_attention", func(r *C.mlx_array) C.int {
+		return C.mlx_fast_paged_attention(r, q.c, kNew.c, vNew.c, kPool.c, vPool.c, slots.c, table.c, meta.c,
+			C.int(block), C.int(window), C.float(scale), sinks.c, f.s.c)
+	}, in...)
+}
+
+// NewBuffer allocates an evaluated, row-contiguous, caller-owned array on
+// stream s: uninitialized on the CPU (pages never touched cost no memory),
+// zeros elsewhere.
+func NewBuffer(s Stream, d Dtype, shape ...int) (Array, error) {
+	cs := cShape(shape)
+	res := C.mlx_array_new()
+	if C.mlx_fast_buffer(&res, ptr(cs), C.size_t(len(cs)), C.mlx_dtype(d), s.c) != 0 {
+		return Array{}, lastError("buffer")
+	}
+	return Array{res}, nil
+}
+
+// GrowBuffer returns a caller-owned copy of a NewBuffer array whose first
+// dimension is grown to rows, once the stream's pending work is done. The
+// old array stays the caller's to free.
+func GrowBuffer(s Stream, old Array, rows int) (Array, error) {
+	res := C.mlx_array_new()
+	if C.mlx_fast_buffer_grow(&res, old.c, C.int(rows), s.c) != 0 {
+		return Array{}, lastError("buffer_grow")
+	}
+	return Array{res}, nil
+}
+
+// IsCPU reports whether the stream runs on the CPU.
+func (s Stream) IsCPU() bool { return C.mlx_fast_stream_is_cpu(s.c) == 1 }

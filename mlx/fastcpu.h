@@ -26,6 +26,31 @@ int mlx_fast_cpu_rope(mlx_array* res, const mlx_array x, int dims, bool traditio
 int mlx_fast_cpu_sdpa(mlx_array* res, const mlx_array q, const mlx_array k, const mlx_array v, float scale,
                       const char* mask_mode, const mlx_array mask, const mlx_array sinks, const mlx_stream s);
 
+// mlx_fast_paged_attention is one layer's attention over a paged KV pool,
+// evaluated on the CPU stream as one primitive (float32 only). It first
+// writes k_new and v_new ([N, KVH, D], may be null for a layer that reads
+// another layer's pool) into k_pool and v_pool ([slots, KVH, D], evaluated,
+// row-contiguous) at slots[i], in place; then query token i of q [N, H, D],
+// at row meta[i][0] and position meta[i][1], attends over its row's
+// positions max(0, p - window + 1) .. p (window 0: 0 .. p), found at slot
+// table[row][pos / block] * block + pos % block. sinks (may be null) adds
+// one logit per head to each softmax's denominator.
+int mlx_fast_paged_attention(mlx_array* res, const mlx_array q, const mlx_array k_new, const mlx_array v_new,
+                             const mlx_array k_pool, const mlx_array v_pool, const mlx_array slots,
+                             const mlx_array table, const mlx_array meta, int block, int window, float scale,
+                             const mlx_array sinks, const mlx_stream s);
+
+// mlx_fast_buffer allocates an evaluated row-contiguous array: on the CPU
+// uninitialized (untouched pages cost nothing), elsewhere zeros.
+// mlx_fast_buffer_grow returns a copy of old with its first dimension
+// grown to rows (the new rows uninitialized on the CPU, zeros elsewhere),
+// after the stream's pending work has finished.
+int mlx_fast_buffer(mlx_array* res, const int* shape, size_t ndim, mlx_dtype dtype, const mlx_stream s);
+int mlx_fast_buffer_grow(mlx_array* res, const mlx_array old, int rows, const mlx_stream s);
+
+// mlx_fast_stream_is_cpu is 1 for a CPU stream, else 0.
+int mlx_fast_stream_is_cpu(const mlx_stream s);
+
 // mlx_fast_cpu_threads sets the threads of the CPU kernels (0: one per
 // hardware thread) and returns the number in use.
 int mlx_fast_cpu_threads(int n);

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/goprovider/provider/family"
+	"github.com/goprovider/provider/kvpool"
 	"github.com/goprovider/provider/mlx"
 	"github.com/goprovider/provider/model"
 	"github.com/goprovider/provider/model/gemma4"
@@ -256,12 +257,16 @@ func (b *built) generate(t *testing.T, steps int) {
 			return
 		}
 		defer net.Close()
-		cache := net.NewCache()
-		defer cache.Free()
+		var st *model.Stepper
+		if st, err = model.NewStepper(net, b.s); err != nil {
+			return
+		}
+		defer st.Close()
+		cache := st.NewSeq()
 		tok := max(b.m.Config.BOS, 0)
 		for range steps {
 			f := mlx.NewFrame(b.s)
-			logits := f.ToFloat32s(net.Forward(f, [][]int32{{tok}}, []model.Cache{cache}))
+			logits := f.ToFloat32s(st.Forward(f, [][]int32{{tok}}, []*kvpool.Seq{cache}))
 			err = f.Err()
 			f.Free()
 			if err != nil {

@@ -1,25 +1,87 @@
 package model
 
-import "github.com/goprovider/provider/mlx"
+import (
+	"fmt"
+
+	"github.com/goprovider/provider/kvpool"
+	"github.com/goprovider/provider/mlx"
+)
 
 // Network is a family's forward pass bound to device weights. All methods
 // run on the MLX thread.
 type Network interface {
 	Config() Config
-	// NewCache returns an empty KV cache for one sequence.
-	NewCache() Cache
-	// Forward appends tokens[i] to caches[i] for every row and returns the
-	// float32 logits of each row's last new position, [rows, vocab], owned
-	// by f. Rows may add different numbers of tokens; each adds at least
-	// one. After an error on f the caches involved are unusable.
-	Forward(f *mlx.Frame, tokens [][]int32, caches []Cache) mlx.Array
+	// Forward runs one step: every token of b (rows' prefill chunks and
+	// decode tokens, flattened) through the network, storing keys and
+	// values in b's pool through b.Attend, and returns the float32 logits
+	// at b.SampleIndex(), [len(b.LogitRows()), vocab], owned by f. After an
+	// error on f the sequences of b are unusable.
+	Forward(f *mlx.Frame, b *kvpool.Batch) mlx.Array
 	// Close releases what the network created (not the weights).
 	Close()
 }
 
-// Cache is one sequence's KV state.
-type Cache interface {
-	Len() int     // tokens held
-	Bytes() int64 // device memory of its buffers
-	Free()
+// PoolLayers is the KV geometry of a config's layers, for kvpool.New.
+func PoolLayers(c Config) []kvpool.Layer {
+	out := make([]kvpool.Layer, len(c.Kinds))
+	for i, k := range c.Kinds {
+		out[i] = kvpool.Layer{KVHeads: k.KVHeads, HeadDim: k.HeadDim, Window: k.Window, SharedFrom: k.SharedFrom}
+	}
+	return out
+}
+
+// NewPool is an empty KV pool for net's layers on stream s.
+func NewPool(net Network, s mlx.Stream, opt kvpool.Options) (*kvpool.Pool, error) {
+	c := net.Config()
+	return kvpool.New(s, c.ActDType, PoolLayers(c), opt)
+}
+
+// Stepper runs sequences through a network outside the engine (the
+// generate command, tools, tests): one pool, one step at a time.
+type Stepper struct {
+	Net  Network
+	Pool *kvpool.Pool
+}
+
+// NewStepper makes a Stepper with its own pool on stream s.
+func NewStepper(net Network, s mlx.Stream) (*Stepper, error) {
+	p, err := NewPool(net, s, kvpool.Options{})
+	if err != nil {
+		return nil, err
+	}
+	return &Stepper{Net: net, Pool: p}, nil
+}
+
+// NewSeq is an empty sequence of the stepper's pool.
+func (st *Stepper) NewSeq() *kvpool.Seq { return st.Pool.NewSeq() }
+
+// Close frees the pool.
+func (st *Stepper) Close() { st.Pool.Close() }
+
+// Forward appends tokens[i] to seqs[i] for every row and returns the
+// evaluated float32 logits of each row's last new position, [rows, vocab],
+// owned by f.
+func (st *Stepper) Forward(f *mlx.Frame, tokens [][]int32, seqs []*kvpool.Seq) mlx.Array {
+	if len(tokens) != len(seqs) {
+		f.Fail(fmt.Errorf("model: %d token rows for %d sequences", len(tokens), len(seqs)))
+		return mlx.Array{}
+	}
+	if f.Err() != nil {
+		return mlx.Array{}
+	}
+	rows := make([]kvpool.Row, len(tokens))
+	for i := range tokens {
+		rows[i] = kvpool.Row{Seq: seqs[i], Tokens: tokens[i], Sample: true}
+	}
+	b, err := st.Pool.Begin(f, rows)
+	if err != nil {
+		f.Fail(err)
+		return mlx.Array{}
+	}
+	logits := st.Net.Forward(f, b)
+	if f.Eval(logits) != nil {
+		return mlx.Array{}
+	}
+	b.Commit()
+	return logits
 }

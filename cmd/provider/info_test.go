@@ -42,16 +42,20 @@ func TestInfoPublishedConfigs(t *testing.T) {
 		perSequence        int64
 	}{
 		// gpt-oss-20b: 12 full layers x 2 x 8 heads x 64 x 2 bytes; 12
-		// sliding layers of 128 tokens. At 8,192 tokens the sliding half
-		// holds 128 tokens (3,145,728 bytes).
+		// sliding layers of 128 tokens (24,576 bytes a token between them).
+		// The KV pool charges whole blocks of 256 tokens: at 8,192 tokens
+		// the full half holds 32 blocks and the sliding half its ring of
+		// two blocks (the 127 positions before the next query can straddle
+		// a block boundary), 512 tokens.
 		{"gpt-oss-20b", configs + "gpt-oss-20b.json", "config.json", []string{"--tokens", "8192"}, "gpt_oss",
-			24, 12, 24_576, 1_536, 8192, 3_145_728 + 8192*24_576},
+			24, 12, 24_576, 1_536, 8192, 512*24_576 + 8192*24_576},
 		// gemma-4-26B-A4B: 5 global layers x 2 x 2 heads x 512 x 2 bytes;
-		// 25 sliding layers of 1,024 tokens (209,715,200 bytes once full).
+		// 25 sliding layers of 1,024 tokens (204,800 bytes a token between
+		// them), whose ring is 5 blocks (1,280 tokens).
 		{"gemma-4-26B-A4B", configs + "gemma-4-26B-A4B.json", "config.json", nil, "gemma4",
-			30, 25, 20_480, 25_600, 262_144, 209_715_200 + 262_144*20_480},
+			30, 25, 20_480, 25_600, 262_144, 1_280*204_800 + 262_144*20_480},
 		{"HF directory", dir, "hf", nil, "gpt_oss",
-			24, 12, 24_576, 1_536, 131_072, 3_145_728 + 131_072*24_576},
+			24, 12, 24_576, 1_536, 131_072, 512*24_576 + 131_072*24_576},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -146,8 +150,9 @@ func TestDescribeReportsSharingAndAdapter(t *testing.T) {
 	if r.Adapter == nil || *r.Adapter != "toy" || r.Tokens != 64 {
 		t.Fatalf("adapter %v tokens %d", r.Adapter, r.Tokens)
 	}
-	// Only layer 0 owns a full-attention cache: 2 x 2 x 4 x 2 bytes.
-	if r.KVBytesPerToken != 32 || r.AdoptionBound != 16 || r.KVBytesPerSequence != 64*32+16*32 {
+	// Only layer 0 owns a full-attention cache: 2 x 2 x 4 x 2 bytes. At 64
+	// tokens layers 0 and 1 each hold one 256-token block of the KV pool.
+	if r.KVBytesPerToken != 32 || r.AdoptionBound != 16 || r.KVBytesPerSequence != 256*32+256*32 {
 		t.Errorf("per token %d bound %d sequence %d", r.KVBytesPerToken, r.AdoptionBound, r.KVBytesPerSequence)
 	}
 	if r.Layers[2].SharedFrom == nil || *r.Layers[2].SharedFrom != 0 || r.Layers[0].SharedFrom != nil || r.Layers[1].Window != 16 {

@@ -159,11 +159,16 @@ func runServe(args []string) error {
 		return fmt.Errorf("serve: no_kv_headroom: %d bytes of KV per model, need at least %d", grant, int64(minKVGrant))
 	}
 	for _, l := range loaded {
-		l.eng = engine.New(l.net, l.th, l.s, engine.Options{
+		var err error
+		l.eng, err = engine.New(l.net, l.th, l.s, engine.Options{
 			Sched:      engine.Config{MaxConcurrent: conc},
 			KVCapacity: grant,
 		})
-		err := srv.Register(server.Model{
+		if err != nil {
+			httpSrv.Close()
+			return fmt.Errorf("serve: engine_init_failed: %w", err)
+		}
+		err = srv.Register(server.Model{
 			Name:          l.name,
 			Architecture:  l.m.Config.Arch,
 			Tokenizer:     l.m.Tokenizer,

@@ -68,7 +68,10 @@ func StartWrapped(tb testing.TB, path string, opt engine.Options, wrap func(mode
 	if wrap != nil {
 		net = wrap(net)
 	}
-	e := engine.New(net, th, s, opt)
+	e, err := engine.New(net, th, s, opt)
+	if err != nil {
+		tb.Fatal(err)
+	}
 	tb.Cleanup(func() {
 		e.Shutdown(context.Background())
 		th.Do(func() {

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/goprovider/provider/kvpool"
 	"github.com/goprovider/provider/sample"
 	"github.com/goprovider/provider/tokenizer"
 )
@@ -13,15 +14,15 @@ import (
 // decode. It returns each row's tokens and the logits of its last step.
 func greedy(tb testing.TB, l *loaded, prompts [][]int32, steps int) ([][]int32, [][]float32) {
 	tb.Helper()
-	caches := make([]*Cache, len(prompts))
-	for i := range caches {
-		caches[i] = l.newCache(tb)
+	seqs := make([]*kvpool.Seq, len(prompts))
+	for i := range seqs {
+		seqs[i] = l.newSeq(tb)
 	}
 	out := make([][]int32, len(prompts))
 	last := make([][]float32, len(prompts))
 	next, vocab := prompts, l.cfg.Vocab
 	for range steps {
-		logits := l.step(tb, next, caches)
+		logits := l.step(tb, next, seqs)
 		next = make([][]int32, len(prompts))
 		for i := range prompts {
 			last[i] = logits[i*vocab : (i+1)*vocab]

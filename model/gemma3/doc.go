@@ -4,30 +4,21 @@
 // base for global layers and another for sliding-window layers, grouped-
 // query attention, and a GELU (tanh approximation) gated feed-forward.
 //
-// Forward follows the llama package's batching: rows that decode one token
-// share every matmul; attention runs per row over that row's cache, so a
-// row's result does not depend on its batch; prefill rows run alone.
+// Forward runs one kvpool.Batch: every row's new tokens (prefill chunks and
+// decode tokens alike) flattened into one sequence of N tokens that shares
+// every matmul; each token gets RoPE at its own position, and attention
+// (kvpool.Batch.Attend) runs over that token's own row's keys, so a row's
+// result does not depend on which other rows share the step beyond float
+// summation order. Logits are computed only at the batch's sample rows.
 //
 // Sliding-window attention: a query at position p sees the keys at
 // positions p-Window+1 .. p, itself included (llama.cpp masks a key at k
 // when p-k >= Window; HF transformers keeps k > p-Window: the same set).
-// A sliding layer's cache is a ring of at most Window tokens: position p
-// lives in slot p mod Window, so decoding overwrites exactly the key that
-// leaves every later query's window. A prefill chunk attends over the
-// ring's previous contents followed by its own keys under an explicit
-// window mask, then keeps its last Window keys. Attention is invariant to
-// the order of keys, so the rotation of the ring changes no result beyond
-// float summation order.
-//
-// Invariants:
-//   - A full-attention layer holds every token; its buffer grows in steps of
-//     cacheStep tokens, so it holds ceil(Len/cacheStep)*cacheStep slots.
-//   - A sliding layer holds min(Len, Window) tokens in
-//     min(ceil(Len/cacheStep)*cacheStep, Window) slots: once Len reaches the
-//     window its size is constant and equals what the KV-byte ledger charges
-//     for the layer (engine.KVLayout.SequenceBytes).
-//   - A Cache only changes through Forward; its arrays are owned by the Cache
-//     and released by Free; all calls run on the MLX thread.
+// The window is the pool's: kvpool groups the layers by window (from
+// Config.Kinds through model.PoolLayers), masks each query to its layer's
+// window and lets a sliding layer keep only its newest
+// kvpool.RingBlocks(Window) blocks between steps, while a full-attention
+// layer holds every token in whole blocks of kvpool.BlockTokens.
 //
 // With Config.ReferenceNumerics the GELU evaluates as llama.cpp's CPU
 // backend does (through a binary16 table: input and output rounded to

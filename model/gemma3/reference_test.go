@@ -10,6 +10,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/goprovider/provider/kvpool"
 	"github.com/goprovider/provider/sample"
 	"github.com/goprovider/provider/tokenizer"
 )
@@ -173,11 +174,11 @@ func checkPrompt(t *testing.T, rc refCase, l *loaded, p refPrompt) {
 		}
 	}
 
-	c := l.newCache(t)
+	c := l.newSeq(t)
 	next := p.PromptTokens
 	firstDiff := -1
 	for s := range p.Generated {
-		logits := l.step(t, [][]int32{next}, []*Cache{c})
+		logits := l.step(t, [][]int32{next}, []*kvpool.Seq{c})
 		tok := sample.Argmax(logits)
 		if firstDiff < 0 {
 			compare(s, logits)
@@ -195,11 +196,11 @@ func checkPrompt(t *testing.T, rc refCase, l *loaded, p refPrompt) {
 		t.Errorf("greedy diverges at step %d where llama.cpp's margin is %.3g", firstDiff, m)
 	}
 	// Teacher forcing from the divergence on.
-	forced := l.newCache(t)
-	l.step(t, [][]int32{append(slices.Clone(p.PromptTokens), p.Generated[:firstDiff]...)}, []*Cache{forced})
+	forced := l.newSeq(t)
+	l.step(t, [][]int32{append(slices.Clone(p.PromptTokens), p.Generated[:firstDiff]...)}, []*kvpool.Seq{forced})
 	checked := 0
 	for s := firstDiff + 1; s < len(p.Generated); s++ {
-		logits := l.step(t, [][]int32{{p.Generated[s-1]}}, []*Cache{forced})
+		logits := l.step(t, [][]int32{{p.Generated[s-1]}}, []*kvpool.Seq{forced})
 		compare(s, logits)
 		if p.Steps[s].Margin > rc.tieMargin {
 			checked++
@@ -233,7 +234,7 @@ func TestWindowSizeIsObservable(t *testing.T) {
 	ref := readF32(t, filepath.Join(rc.dir, p.FullLogits["0"]))
 	for _, delta := range []int{-1, 1} {
 		l := load(t, rc.num, withWindow(p.NSWAOverride+delta))
-		got := l.step(t, [][]int32{p.PromptTokens}, []*Cache{l.newCache(t)})
+		got := l.step(t, [][]int32{p.PromptTokens}, []*kvpool.Seq{l.newSeq(t)})
 		d, _ := maxAbsDiff(got, ref)
 		if d < 10*rc.logitTol {
 			t.Errorf("window %d: max |logit diff| %.3g is within 10x the tolerance %.3g", p.NSWAOverride+delta, d, rc.logitTol)

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/goprovider/provider/kvpool"
 	"github.com/goprovider/provider/mlx"
 	"github.com/goprovider/provider/model"
 )
@@ -81,11 +82,13 @@ func upload(tb testing.TB, quantizedActivations bool) *uploaded {
 	return u
 }
 
-// loaded is a network over shared uploaded weights.
+// loaded is a network over shared uploaded weights, with a stepper (its own
+// KV pool) released when the test ends.
 type loaded struct {
 	*uploaded
 	cfg model.Config
 	net *Model
+	st  *model.Stepper
 }
 
 // load builds a network with the given numerics; adjust, when non-nil,
@@ -103,7 +106,19 @@ func load(tb testing.TB, num numerics, adjust func(*model.Config)) *loaded {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return &loaded{uploaded: u, cfg: cfg, net: net}
+	l := &loaded{uploaded: u, cfg: cfg, net: net}
+	u.th.Do(func() { l.st, err = model.NewStepper(net, u.s) })
+	if err != nil {
+		u.th.Do(net.Close)
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		u.th.Do(func() {
+			l.st.Close()
+			net.Close()
+		})
+	})
+	return l
 }
 
 // withWindow sets every sliding layer's window to w.
@@ -118,18 +133,14 @@ func withWindow(w int) func(*model.Config) {
 }
 
 // step runs one Forward of several rows and returns their logits, row-major.
-func (l *loaded) step(tb testing.TB, rows [][]int32, caches []*Cache) []float32 {
+func (l *loaded) step(tb testing.TB, rows [][]int32, seqs []*kvpool.Seq) []float32 {
 	tb.Helper()
 	var out []float32
 	var err error
 	l.th.Do(func() {
 		f := mlx.NewFrame(l.s)
 		defer f.Free()
-		gen := make([]model.Cache, len(caches))
-		for i, c := range caches {
-			gen[i] = c
-		}
-		out = f.ToFloat32s(l.net.Forward(f, rows, gen))
+		out = f.ToFloat32s(l.st.Forward(f, rows, seqs))
 		err = f.Err()
 	})
 	if err != nil {
@@ -138,9 +149,11 @@ func (l *loaded) step(tb testing.TB, rows [][]int32, caches []*Cache) []float32 
 	return out
 }
 
-// newCache returns an empty cache released when the test ends.
-func (l *loaded) newCache(tb testing.TB) *Cache {
-	c := l.net.newCache()
-	tb.Cleanup(func() { l.th.Do(c.Free) })
-	return c
+// newSeq returns an empty sequence of the stepper's pool, freed when the
+// test ends.
+func (l *loaded) newSeq(tb testing.TB) *kvpool.Seq {
+	var s *kvpool.Seq
+	l.th.Do(func() { s = l.st.NewSeq() })
+	tb.Cleanup(func() { l.th.Do(s.Free) })
+	return s
 }

@@ -36,26 +36,29 @@
 //   - Final norm, output head (tied to the embedding unless lm_head is
 //     present), logit softcapping c*tanh(x/c).
 //
-// Forward follows the gemma3 package's batching: rows that decode one
-// token share every matmul; attention runs per row over that row's cache,
-// so a row's result does not depend on its batch; prefill rows run alone.
+// Forward runs one kvpool.Batch: every row's new tokens (prefill chunks and
+// decode tokens alike) flattened into one sequence of N tokens, [1, N,
+// hidden], that shares every matmul, the per-layer inputs and the expert
+// block included; each token gets RoPE at its own position, and attention
+// (kvpool.Batch.Attend) runs over that token's own row's keys, so a row's
+// result does not depend on which other rows share the step beyond float
+// summation order. Logits are computed only at the batch's sample rows.
 // The expert block reads the router's choices back to the host once per
-// layer and runs each chosen expert once over the tokens that chose it.
+// layer and runs each chosen expert once over the step's tokens that chose
+// it.
 //
+// Keys and values live in the model's KV pool, laid out from Config.Kinds
+// by model.PoolLayers: per layer its own KV head count and head size, its
+// window, and for a KV-sharing layer the layer it reads. Such a layer
+// computes no key or value projection; Attend reads what its source layer
+// stored, in this step and before, and the layer holds no storage.
 // Sliding-window attention: a query at position p sees the keys at
-// positions p-Window+1 .. p. A sliding layer's cache is a ring of at most
-// Window tokens (position p in slot p mod Window); a prefill chunk attends
-// over the ring's previous contents followed by its own keys under an
-// explicit window mask, then keeps its last Window keys.
+// positions p-Window+1 .. p. The pool masks each query to its layer's
+// window and lets a sliding layer keep only its newest
+// kvpool.RingBlocks(Window) blocks between steps, while a global layer
+// holds every token in whole blocks of kvpool.BlockTokens; that is what
+// the KV-byte ledger charges (engine.KVLayout.SequenceBytes).
 //
-// Invariants:
-//   - A layer that reuses another's KV (LayerKind.SharedFrom >= 0) holds no
-//     cache buffers; Bytes counts only storage-owning layers.
-//   - A global layer holds ceil(Len/cacheStep)*cacheStep slots; a sliding
-//     layer min(that, Window): once Len reaches the window its size is
-//     constant and equals what the KV-byte ledger charges for it.
-//   - A Cache only changes through Forward; its arrays are owned by the Cache
-//     and released by Free; all calls run on the MLX thread.
-//
-// This package imports only mlx and model; it knows nothing of the engine.
+// This package imports only mlx, kvpool and model; it knows nothing of the
+// engine.
 package gemma4

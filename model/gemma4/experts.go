@@ -8,7 +8,8 @@ import (
 )
 
 // experts is the mixture-of-experts branch for the residual stream x
-// ([B, T, hidden]), before its output norm.
+// ([1, N, hidden]: the step's tokens, every row's flattened), before its
+// output norm.
 //
 // The router reads x itself (not the feed-forward norm's output): RMSNorm
 // with weight scale/sqrt(hidden), projected to one score per expert. Each
@@ -25,9 +26,8 @@ import (
 // layer.
 func (m *Model) experts(f *mlx.Frame, l *layer, x mlx.Array) mlx.Array {
 	c, act := m.cfg, m.cfg.ActDType
-	B, T, H := x.Dim(0), x.Dim(1), c.Hidden
+	N, H := x.Dim(1), c.Hidden
 	E, K, W := m.g.Experts, m.g.TopK, m.g.ExpertWidth
-	N := B * T
 	flat := f.Reshape(x, N, H)
 
 	norm := f.Multiply(l.routerScale.W, scalar(f, 1/math.Sqrt(float64(H)), l.routerScale.W.Dtype()))
@@ -77,5 +77,5 @@ func (m *Model) experts(f *mlx.Frame, l *layer, x mlx.Array) mlx.Array {
 	}
 	y = f.Reshape(f.Take(y, f.Int32s(place, N*K), 0), N, K, H)
 	y = f.Sum(f.Multiply(y, f.ExpandDims(f.AsType(weights, act), -1)), 1, false)
-	return f.Reshape(y, B, T, H)
+	return f.Reshape(y, 1, N, H)
 }

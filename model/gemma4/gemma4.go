@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/goprovider/provider/kvpool"
 	"github.com/goprovider/provider/mlx"
 	"github.com/goprovider/provider/model"
 )
@@ -128,61 +129,31 @@ func (m *Model) Config() model.Config { return m.cfg }
 // caller.
 func (m *Model) Close() {}
 
-// NewCache returns an empty cache for one sequence.
-func (m *Model) NewCache() model.Cache { return m.newCache() }
-
-func (m *Model) newCache() *Cache { return newCache(m.cfg.Kinds) }
-
-// Forward appends tokens[i] to caches[i] for every row and returns the
-// logits of each row's last new position, [rows, vocab] in float32. Every
-// row needs at least one token. The returned array belongs to f.
-func (m *Model) Forward(f *mlx.Frame, tokens [][]int32, generic []model.Cache) mlx.Array {
-	return model.ForwardCaches(f, "gemma4", m.cfg.Vocab, tokens, generic, func(c *Cache) bool { return len(c.k) == m.cfg.Layers },
-		func(t [][]int32, c []*Cache) mlx.Array { return m.forward(f, t, c) })
-}
-
 // scalar is v as a scalar of dtype dt, so that scaling keeps x's dtype.
 func scalar(f *mlx.Frame, v float64, dt mlx.Dtype) mlx.Array {
 	return f.AsType(f.Scalar(float32(v)), dt)
 }
 
-// forward runs rows that all add the same number of tokens T.
-func (m *Model) forward(f *mlx.Frame, tokens [][]int32, caches []*Cache) mlx.Array {
+// Forward runs one step of b through the network and returns the float32
+// logits at b's logit rows, [rows, vocab].
+func (m *Model) Forward(f *mlx.Frame, b *kvpool.Batch) mlx.Array {
 	c := m.cfg
-	B, T := len(tokens), len(tokens[0])
-	flat := make([]int32, 0, B*T)
-	offsets := make([]int32, B)
-	for i, t := range tokens {
-		flat = append(flat, t...)
-		offsets[i] = int32(caches[i].n)
-		for _, id := range t {
-			if id < 0 || int(id) >= c.Vocab {
-				f.Fail(fmt.Errorf("gemma4: token id %d outside vocabulary of %d", id, c.Vocab))
-				return mlx.Array{}
-			}
+	for _, id := range b.Tokens {
+		if id < 0 || int(id) >= c.Vocab {
+			f.Fail(fmt.Errorf("gemma4: token id %d outside vocabulary of %d", id, c.Vocab))
+			return mlx.Array{}
 		}
 	}
-	act := c.ActDType
-	for _, cc := range caches {
-		cc.reserve(f, act, T)
-	}
-	ids := f.Int32s(flat, B, T)
-	var offs mlx.Array
-	if B > 1 {
-		offs = f.Int32s(offsets, B)
-	}
-	x := f.AsType(m.embed.Embed(f, ids), act)
+	act, N := c.ActDType, b.N()
+	ids := b.TokenIDs()
+	x := f.AsType(m.embed.Embed(f, ids), act) // [1, N, hidden]
 	x = f.Multiply(x, scalar(f, math.Sqrt(float64(c.Hidden)), act))
 	perLayer := m.perLayerInputs(f, ids, x)
 
-	// seen[li][row] is what layer li's queries of a row attended over, for
-	// the layers that share it.
-	seen := make([][]attended, len(m.layers))
 	for li := range m.layers {
 		l := &m.layers[li]
 		h := f.RMSNorm(x, l.inNorm.W, c.NormEps)
-		var a mlx.Array
-		a, seen[li] = m.attention(f, l, h, caches, offsets, offs, li, seen)
+		a := m.attention(f, l, li, h, b)
 		x = f.Add(x, f.RMSNorm(a, l.postAttnNorm.W, c.NormEps))
 
 		ff := m.mlp(f, l.gate, l.up, l.down, f.RMSNorm(x, l.preFFNorm.W, c.NormEps))
@@ -193,98 +164,75 @@ func (m *Model) forward(f *mlx.Frame, tokens [][]int32, caches []*Cache) mlx.Arr
 
 		if l.inGate != nil {
 			p := m.g.PerLayerInput
-			in := f.Reshape(f.Slice(perLayer, []int{0, 0, li, 0}, []int{B, T, li + 1, p}), B, T, p)
+			in := f.Reshape(f.Slice(perLayer, []int{0, 0, li, 0}, []int{1, N, li + 1, p}), 1, N, p)
 			g := f.Multiply(gelu(f, l.inGate.Linear(f, x)), in)
 			x = f.Add(x, f.RMSNorm(l.inProj.Linear(f, g), l.inNorm2.W, c.NormEps))
 		}
 		x = f.Multiply(x, l.scalar.W)
 	}
-	for _, cc := range caches {
-		cc.n += T
-	}
-	if T > 1 {
-		x = f.Slice(x, []int{0, T - 1, 0}, []int{B, T, c.Hidden})
-	}
+	x = f.Take(x, b.SampleIndex(), 1)
 	x = f.RMSNorm(x, m.norm.W, c.NormEps)
-	logits := f.AsType(f.Reshape(m.lmHead.Linear(f, x), B, c.Vocab), mlx.Float32)
+	logits := f.AsType(f.Reshape(m.lmHead.Linear(f, x), len(b.LogitRows()), c.Vocab), mlx.Float32)
 	if sc := c.FinalLogitSoftcap; sc > 0 {
 		logits = f.Multiply(f.Tanh(f.Divide(logits, f.Scalar(sc))), f.Scalar(sc))
 	}
 	return logits
 }
 
-// perLayerInputs is every token's input to every layer, [B, T, layers,
+// perLayerInputs is every token's input to every layer, [1, N, layers,
 // width]: its row of the per-layer embedding (scaled by sqrt(width)) plus
 // the RMS-normalized projection of its scaled embedding x (scaled by
-// 1/sqrt(hidden)), the sum scaled by 1/sqrt(2). Invalid without per-layer
-// inputs.
+// 1/sqrt(hidden)), the sum scaled by 1/sqrt(2). ids is [1, N], x
+// [1, N, hidden]. Invalid without per-layer inputs.
 func (m *Model) perLayerInputs(f *mlx.Frame, ids, x mlx.Array) mlx.Array {
 	p := m.g.PerLayerInput
 	if p == 0 {
 		return mlx.Array{}
 	}
 	c, act := m.cfg, m.cfg.ActDType
-	B, T := ids.Dim(0), ids.Dim(1)
+	N := ids.Dim(1)
 	tok := f.AsType(m.perLayerEmbed.Embed(f, ids), act)
-	tok = f.Reshape(f.Multiply(tok, scalar(f, math.Sqrt(float64(p)), act)), B, T, c.Layers, p)
+	tok = f.Reshape(f.Multiply(tok, scalar(f, math.Sqrt(float64(p)), act)), 1, N, c.Layers, p)
 	proj := f.Multiply(m.perLayerProj.Linear(f, x), scalar(f, 1/math.Sqrt(float64(c.Hidden)), act))
-	proj = f.RMSNorm(f.Reshape(proj, B, T, c.Layers, p), m.perLayerNorm.W, c.NormEps)
+	proj = f.RMSNorm(f.Reshape(proj, 1, N, c.Layers, p), m.perLayerNorm.W, c.NormEps)
 	return f.Multiply(f.Add(proj, tok), scalar(f, 1/math.Sqrt2, act))
 }
 
-// attention for rows adding T tokens each; h is [B, T, hidden]. It returns
-// the output projection and what each row's queries attended over.
-func (m *Model) attention(f *mlx.Frame, l *layer, h mlx.Array, caches []*Cache, offsets []int32, offs mlx.Array, li int, seen [][]attended) (mlx.Array, []attended) {
+// attention of the step's N tokens; h is [1, N, hidden]. A layer that
+// shares another's KV computes queries only: b.Attend reads the keys and
+// values its source layer stored in this step and before, and applies the
+// layer's window.
+func (m *Model) attention(f *mlx.Frame, l *layer, li int, h mlx.Array, b *kvpool.Batch) mlx.Array {
 	c := m.cfg
-	B, T := len(caches), h.Dim(1)
+	N := b.N()
 	heads, kvHeads, hd := c.Heads, l.kind.KVHeads, l.kind.HeadDim
-	split := func(x mlx.Array, n int) mlx.Array { return f.Reshape(x, B, T, n, hd) }
+	// split lays a projection out as [N, n, 1, headDim]: one RoPE row per
+	// token, each at its own position.
+	split := func(x mlx.Array, n int) mlx.Array { return f.Reshape(x, N, n, 1, hd) }
+	flat := func(x mlx.Array, n int) mlx.Array { return f.Reshape(x, N, n, hd) }
 	r := l.rope
 	var freqs mlx.Array
 	if r.Freqs != nil {
 		freqs = f.Float32s(r.Freqs, len(r.Freqs))
 	}
+	pos := b.PositionIDs()
 	rope := func(x mlx.Array) mlx.Array {
-		if B == 1 {
-			return f.RoPE(x, r.Dims, r.Traditional, r.Base, r.Scale, int(offsets[0]), freqs)
-		}
-		return f.RoPEOffsets(x, r.Dims, r.Traditional, r.Base, r.Scale, offs, freqs)
+		return f.RoPEOffsets(x, r.Dims, r.Traditional, r.Base, r.Scale, pos, freqs)
 	}
-	q := rope(f.Transpose(f.RMSNorm(split(l.q.Linear(f, h), heads), l.qNorm.W, c.NormEps), 0, 2, 1, 3))
+	q := flat(rope(f.RMSNorm(split(l.q.Linear(f, h), heads), l.qNorm.W, c.NormEps)), heads)
 	var k, v mlx.Array
 	if l.k != nil {
 		raw := split(l.k.Linear(f, h), kvHeads)
-		k = rope(f.Transpose(f.RMSNorm(raw, l.kNorm.W, c.NormEps), 0, 2, 1, 3))
+		k = flat(rope(f.RMSNorm(raw, l.kNorm.W, c.NormEps)), kvHeads)
 		if l.v != nil {
 			raw = split(l.v.Linear(f, h), kvHeads)
 		}
-		v = f.Transpose(f.RMSNorm(raw, mlx.Array{}, c.NormEps), 0, 2, 1, 3)
+		v = flat(f.RMSNorm(raw, mlx.Array{}, c.NormEps), kvHeads)
 	}
-	row := func(x mlx.Array, i, n int) mlx.Array {
-		if B == 1 {
-			return x
-		}
-		return f.Slice(x, []int{i, 0, 0, 0}, []int{i + 1, n, T, hd})
-	}
-	over := make([]attended, B)
-	outs := make([]mlx.Array, B)
-	for i, cc := range caches {
-		if l.k != nil {
-			over[i] = cc.attend(f, li, row(k, i, kvHeads), row(v, i, kvHeads), c.ActDType)
-		} else {
-			over[i] = seen[l.kind.SharedFrom][i]
-		}
-		a := over[i]
-		// Queries and keys arrive RMS-normalized: Gemma 4 scales their
-		// products by 1, whatever the head size.
-		outs[i] = f.Attention(row(q, i, heads), a.keys, a.values, 1, a.mode, a.mask, mlx.Array{})
-	}
-	o := outs[0]
-	if B > 1 {
-		o = f.Concatenate(0, outs...)
-	}
-	o = f.Reshape(f.Transpose(o, 0, 2, 1, 3), B, T, heads*hd)
-	return l.o.Linear(f, o), over
+	// Queries and keys arrive RMS-normalized: Gemma 4 scales their
+	// products by 1, whatever the head size.
+	o := b.Attend(li, q, k, v, 1, mlx.Array{})
+	return l.o.Linear(f, f.Reshape(o, 1, N, heads*hd))
 }
 
 // mlp is down(gelu(gate(x)) * up(x)).

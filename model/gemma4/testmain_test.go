@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/goprovider/provider/kvpool"
 	"github.com/goprovider/provider/mlx"
 	"github.com/goprovider/provider/model"
 )
@@ -23,13 +24,15 @@ const refDir = "../../testdata/ref/gemma4_tiny"
 var refModels = []string{"moe", "ple"}
 
 // loaded is a checkpoint uploaded on its own MLX thread with a network over
-// it, shared by the tests of the package and released by TestMain.
+// it and a stepper (the network's KV pool), shared by the tests of the
+// package and released by TestMain.
 type loaded struct {
 	m   *model.Model
 	th  *mlx.Thread
 	s   mlx.Stream
 	w   *model.Weights
 	net *Model
+	st  *model.Stepper
 	cfg model.Config
 }
 
@@ -42,6 +45,8 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	for _, l := range loads {
 		l.th.Do(func() {
+			l.st.Close()
+			l.net.Close()
 			l.w.Free()
 			l.s.Free()
 		})
@@ -55,7 +60,7 @@ func TestMain(m *testing.M) {
 // checkpoint's own (float32) activations.
 func load(tb testing.TB, name string) *loaded { return loadAs(tb, name, 0) }
 
-// loadAs is load with activations, cache and float weights in act (0, an
+// loadAs is load with activations, KV pool and float weights in act (0, an
 // invalid activation dtype, keeps the checkpoint's).
 func loadAs(tb testing.TB, name string, act mlx.Dtype) *loaded {
 	tb.Helper()
@@ -75,12 +80,19 @@ func loadAs(tb testing.TB, name string, act mlx.Dtype) *loaded {
 	l := &loaded{m: m, th: mlx.NewThread(), cfg: m.Config}
 	l.th.Do(func() {
 		l.s = mlx.DefaultStream()
-		if l.w, err = m.Upload(l.s); err == nil {
-			l.net, err = New(m.Config, l.w)
+		if l.w, err = m.Upload(l.s); err != nil {
+			return
 		}
+		if l.net, err = New(m.Config, l.w); err != nil {
+			return
+		}
+		l.st, err = model.NewStepper(l.net, l.s)
 	})
 	if err != nil {
 		l.th.Do(func() {
+			if l.net != nil {
+				l.net.Close()
+			}
 			if l.w != nil {
 				l.w.Free()
 			}
@@ -94,19 +106,16 @@ func loadAs(tb testing.TB, name string, act mlx.Dtype) *loaded {
 	return l
 }
 
-// step runs one Forward of several rows and returns their logits, row-major.
-func (l *loaded) step(tb testing.TB, rows [][]int32, caches []*Cache) []float32 {
+// step runs one Forward of several rows, tokens[i] appended to seqs[i],
+// and returns their logits, row-major.
+func (l *loaded) step(tb testing.TB, rows [][]int32, seqs []*kvpool.Seq) []float32 {
 	tb.Helper()
 	var out []float32
 	var err error
 	l.th.Do(func() {
 		f := mlx.NewFrame(l.s)
 		defer f.Free()
-		gen := make([]model.Cache, len(caches))
-		for i, c := range caches {
-			gen[i] = c
-		}
-		out = f.ToFloat32s(l.net.Forward(f, rows, gen))
+		out = f.ToFloat32s(l.st.Forward(f, rows, seqs))
 		err = f.Err()
 	})
 	if err != nil {
@@ -115,11 +124,43 @@ func (l *loaded) step(tb testing.TB, rows [][]int32, caches []*Cache) []float32 
 	return out
 }
 
-// newCache returns an empty cache released when the test ends.
-func (l *loaded) newCache(tb testing.TB) *Cache {
-	c := l.net.newCache()
-	tb.Cleanup(func() { l.th.Do(c.Free) })
-	return c
+// newSeq returns an empty sequence of the stepper's pool, freed when the
+// test ends.
+func (l *loaded) newSeq(tb testing.TB) *kvpool.Seq {
+	var s *kvpool.Seq
+	l.th.Do(func() { s = l.st.NewSeq() })
+	tb.Cleanup(func() { l.th.Do(s.Free) })
+	return s
+}
+
+// withPool is l with a stepper of its own over a new pool with options opt
+// (and its network rebuilt for cfg), released when the test ends. Its
+// sequences hold the only blocks of that pool.
+func (l *loaded) withPool(tb testing.TB, cfg model.Config, opt kvpool.Options) *loaded {
+	tb.Helper()
+	other := &loaded{m: l.m, th: l.th, s: l.s, w: l.w, cfg: cfg}
+	var err error
+	l.th.Do(func() {
+		if other.net, err = New(cfg, l.w); err != nil {
+			return
+		}
+		var p *kvpool.Pool
+		if p, err = model.NewPool(other.net, l.s, opt); err != nil {
+			other.net.Close()
+			return
+		}
+		other.st = &model.Stepper{Net: other.net, Pool: p}
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		l.th.Do(func() {
+			other.st.Close()
+			other.net.Close()
+		})
+	})
+	return other
 }
 
 type refPrompt struct {

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/goprovider/provider/kvpool"
 	"github.com/goprovider/provider/mlx"
 	"github.com/goprovider/provider/sample"
 )
@@ -13,15 +14,15 @@ import (
 // decode. It returns each row's tokens and the logits of its last step.
 func greedy(tb testing.TB, l *loaded, prompts [][]int32, steps int) ([][]int32, [][]float32) {
 	tb.Helper()
-	caches := make([]*Cache, len(prompts))
-	for i := range caches {
-		caches[i] = l.newCache(tb)
+	seqs := make([]*kvpool.Seq, len(prompts))
+	for i := range seqs {
+		seqs[i] = l.newSeq(tb)
 	}
 	out := make([][]int32, len(prompts))
 	last := make([][]float32, len(prompts))
 	next, vocab := prompts, l.cfg.Vocab
 	for range steps {
-		logits := l.step(tb, next, caches)
+		logits := l.step(tb, next, seqs)
 		next = make([][]int32, len(prompts))
 		for i := range prompts {
 			last[i] = logits[i*vocab : (i+1)*vocab]
@@ -63,19 +64,19 @@ func TestBatchedDecodeEqualsAlone(t *testing.T) {
 	}
 }
 
-// TestChunkedPrefillEqualsWhole feeds the long prompt in chunks that wrap
-// the sliding layer's ring mid-chunk, and checks the logits and the greedy
-// continuation against one whole prefill.
+// TestChunkedPrefillEqualsWhole feeds the long prompt in chunks whose
+// queries reach back past the sliding window into earlier chunks, and
+// checks the logits and the greedy continuation against one whole prefill.
 func TestChunkedPrefillEqualsWhole(t *testing.T) {
 	fx := readFixture(t)
 	p := fx.Prompts[1]
 	l := load(t, "hf_mxfp4", mlx.Float32, nil)
 	run := func(chunks []int) ([]float32, []int32) {
-		c := l.newCache(t)
+		c := l.newSeq(t)
 		var logits []float32
 		at := 0
 		for _, n := range chunks {
-			logits = l.step(t, [][]int32{p[at : at+n]}, []*Cache{c})
+			logits = l.step(t, [][]int32{p[at : at+n]}, []*kvpool.Seq{c})
 			at += n
 		}
 		if at != len(p) {
@@ -86,7 +87,7 @@ func TestChunkedPrefillEqualsWhole(t *testing.T) {
 		for range 4 {
 			tok := sample.Argmax(logits)
 			toks = append(toks, tok)
-			logits = l.step(t, [][]int32{{tok}}, []*Cache{c})
+			logits = l.step(t, [][]int32{{tok}}, []*kvpool.Seq{c})
 		}
 		return first, toks
 	}

@@ -19,25 +19,29 @@
 // the (token, expert) pairs by expert first, so each expert's rows are
 // multiplied together.
 //
-// Forward follows the other families' batching: rows that decode one
-// token share every matmul; attention runs per row over that row's cache,
-// so a row's result does not depend on its batch; prefill rows run alone.
+// Forward runs one step of a kvpool.Batch: every row's new tokens (prefill
+// chunks and decode tokens alike) flattened into one [1, N, hidden]
+// sequence that shares every matmul and the expert routing; RoPE rotates
+// each token at its own position, and b.Attend stores the keys and values
+// in the shared pool and attends each token over its own row's keys, so a
+// row's result does not depend on its batch. Logits are computed only at
+// the batch's logit rows.
 //
 // Sliding-window attention: a query at position p sees the keys at
-// positions p-Window+1 .. p (mlx-lm's and HF transformers' window). A
-// sliding layer's cache is a ring of at most Window slots (see
-// kv.attend).
+// positions p-Window+1 .. p (mlx-lm's and HF transformers' window). The
+// window is the pool's: it applies each layer's Window from Config.Kinds
+// (model.PoolLayers), and a sliding layer's sequence keeps only its newest
+// kvpool.RingBlocks(Window) blocks between steps (two for gpt-oss's 128),
+// while a full-attention layer holds one block per started
+// kvpool.BlockTokens tokens. The sinks go to b.Attend in the activations'
+// dtype, as mlx-lm passes them.
 //
 // Invariants:
-//   - A full-attention layer holds every token in
-//     ceil(Len/cacheStep)*cacheStep slots; a sliding layer holds
-//     min(Len, Window) tokens in min(ceil(Len/cacheStep)*cacheStep, Window)
-//     slots, so once Len reaches the window its size is constant and equals
-//     what the KV-byte ledger charges for it.
-//   - A Cache only changes through Forward; its arrays are owned by the
-//     Cache and released by Free; all calls run on the MLX thread.
+//   - The Model holds no per-sequence state: keys and values live in the
+//     pool, whose sequences the caller owns and frees.
 //   - The Model owns only its YaRN period array; the weights belong to the
 //     caller, including the packed matrices New joins to their scales.
+//   - All calls run on the MLX thread.
 //
 // RoPE follows the checkpoint's config: with "truncate": false (as the
 // published gpt-oss configs say) the YaRN ramp keeps its fractional ends,
@@ -49,5 +53,5 @@
 // activations (Config.ActDType); with bfloat16 ones its first step fails
 // with MLX's error. Packed experts (gather_qmm) run in either.
 //
-// gptoss imports mlx and model only.
+// gptoss imports kvpool, mlx and model only.
 package gptoss

@@ -5,6 +5,7 @@ import (
 	"math"
 	"strings"
 
+	"github.com/goprovider/provider/kvpool"
 	"github.com/goprovider/provider/mlx"
 	"github.com/goprovider/provider/model"
 )
@@ -69,7 +70,6 @@ type layer struct {
 	sinks            mlx.Array // [heads]
 	router           affine
 	moe              experts
-	window           int // 0: full attention
 }
 
 // Model is a gpt-oss network bound to device weights.
@@ -140,7 +140,6 @@ func New(cfg model.Config, w *model.Weights) (*Model, error) {
 		if kind.SharedFrom >= 0 || kind.KVHeads != cfg.KVHeads || kind.HeadDim != cfg.HeadDim || kind.Window < 0 {
 			b.fail(fmt.Errorf("%w: layer %d kind %+v", model.ErrBadConfig, i, kind))
 		}
-		l.window = kind.Window
 	}
 	if b.err != nil {
 		return nil, fmt.Errorf("gptoss: %w", b.err)
@@ -228,99 +227,63 @@ func (m *Model) Close() {
 	m.freqs = mlx.Array{}
 }
 
-// NewCache returns an empty cache for one sequence.
-func (m *Model) NewCache() model.Cache { return newCache(m.cfg.Kinds) }
-
-// Forward appends tokens[i] to caches[i] for every row and returns the
-// logits of each row's last new position, [rows, vocab] in float32. Every
-// row needs at least one token. The returned array belongs to f.
-func (m *Model) Forward(f *mlx.Frame, tokens [][]int32, generic []model.Cache) mlx.Array {
-	return model.ForwardCaches(f, "gptoss", m.cfg.Vocab, tokens, generic, func(c *Cache) bool { return len(c.layers) == m.cfg.Layers },
-		func(t [][]int32, c []*Cache) mlx.Array { return m.forward(f, t, c) })
-}
-
-// forward runs rows that all add the same number of tokens T.
-func (m *Model) forward(f *mlx.Frame, tokens [][]int32, caches []*Cache) mlx.Array {
+// Forward runs one step of b through the network: every row's new tokens,
+// flattened, and returns the float32 logits at b's logit rows, [rows,
+// vocab]. The returned array belongs to f.
+func (m *Model) Forward(f *mlx.Frame, b *kvpool.Batch) mlx.Array {
 	c := m.cfg
-	B, T := len(tokens), len(tokens[0])
-	flat := make([]int32, 0, B*T)
-	offsets := make([]int32, B)
-	for i, t := range tokens {
-		for _, id := range t {
-			if id < 0 || int(id) >= c.Vocab {
-				f.Fail(fmt.Errorf("gptoss: token id %d outside vocabulary of %d", id, c.Vocab))
-				return mlx.Array{}
-			}
+	for _, id := range b.Tokens {
+		if id < 0 || int(id) >= c.Vocab {
+			f.Fail(fmt.Errorf("gptoss: token id %d outside vocabulary of %d", id, c.Vocab))
+			return mlx.Array{}
 		}
-		flat = append(flat, t...)
-		offsets[i] = int32(caches[i].n)
 	}
-	for _, cc := range caches {
-		cc.reserve(f, c, T)
-	}
-	var offs mlx.Array
-	if B > 1 {
-		offs = f.Int32s(offsets, B)
-	}
-	x := f.AsType(m.embed.Embed(f, f.Int32s(flat, B, T)), c.ActDType)
+	x := f.AsType(m.embed.Embed(f, b.TokenIDs()), c.ActDType) // [1, N, hidden]
 	for li := range m.layers {
 		l := &m.layers[li]
-		a := m.attention(f, l, li, f.RMSNorm(x, l.inNorm.W, c.NormEps), caches, offsets, offs)
-		x = f.Add(x, a)
+		x = f.Add(x, m.attention(f, l, li, f.RMSNorm(x, l.inNorm.W, c.NormEps), b))
 		x = f.Add(x, m.mixture(f, l, f.RMSNorm(x, l.postNorm.W, c.NormEps)))
 	}
-	for _, cc := range caches {
-		cc.n += T
-	}
-	if T > 1 {
-		x = f.Slice(x, []int{0, T - 1, 0}, []int{B, T, c.Hidden})
-	}
+	x = f.Take(x, b.SampleIndex(), 1)
 	x = f.RMSNorm(x, m.norm.W, c.NormEps)
-	return f.AsType(f.Reshape(m.lmHead.Linear(f, x), B, c.Vocab), mlx.Float32)
+	return f.AsType(f.Reshape(m.lmHead.Linear(f, x), len(b.LogitRows()), c.Vocab), mlx.Float32)
 }
 
-// attention for rows adding T tokens each; h is [B, T, hidden].
-func (m *Model) attention(f *mlx.Frame, l *layer, li int, h mlx.Array, caches []*Cache, offsets []int32, offs mlx.Array) mlx.Array {
+// attention of the step's N tokens, each over its own row's keys in the
+// pool (within the layer's window); h is [1, N, hidden].
+func (m *Model) attention(f *mlx.Frame, l *layer, li int, h mlx.Array, b *kvpool.Batch) mlx.Array {
 	c := m.cfg
-	B, T, D := len(caches), h.Dim(1), c.HeadDim
+	N, D := b.N(), c.HeadDim
+	// heads projects h and lays it out as [N, n, 1, D]: one RoPE row per
+	// token, each at its own position.
 	heads := func(a affine, n int) mlx.Array {
-		return f.Transpose(f.Reshape(a.apply(f, h), B, T, n, D), 0, 2, 1, 3)
+		return f.Reshape(a.apply(f, h), N, n, 1, D)
 	}
 	yarn := f.AsType(f.Scalar(m.facts.YaRNFactor), c.ActDType)
+	pos := b.PositionIDs()
 	rope := func(x mlx.Array) mlx.Array {
 		if m.facts.YaRNFactor != 1 {
 			// YaRN's attention factor scales both queries and keys.
 			x = f.Multiply(x, yarn)
 		}
-		if B == 1 {
-			return f.RoPE(x, D, false, c.RoPE.Base, c.RoPE.Scale, int(offsets[0]), m.freqs)
-		}
-		return f.RoPEOffsets(x, D, false, c.RoPE.Base, c.RoPE.Scale, offs, m.freqs)
+		return f.RoPEOffsets(x, D, false, c.RoPE.Base, c.RoPE.Scale, pos, m.freqs)
 	}
-	q, k, v := rope(heads(l.q, c.Heads)), rope(heads(l.k, c.KVHeads)), heads(l.v, c.KVHeads)
+	flat := func(a mlx.Array, n int) mlx.Array { return f.Reshape(a, N, n, D) }
+	q := flat(rope(heads(l.q, c.Heads)), c.Heads)
+	k := flat(rope(heads(l.k, c.KVHeads)), c.KVHeads)
+	v := flat(heads(l.v, c.KVHeads), c.KVHeads)
+	// The sinks in the activations' dtype, as mlx-lm passes them to its
+	// attention (the fused CPU kernel reads them as float32).
 	sinks := f.AsType(l.sinks, c.ActDType)
-	rows := make([]mlx.Array, B)
-	for i, cc := range caches {
-		qi, ki, vi := q, k, v
-		if B > 1 {
-			qi = f.Slice(q, []int{i, 0, 0, 0}, []int{i + 1, c.Heads, T, D})
-			ki = f.Slice(k, []int{i, 0, 0, 0}, []int{i + 1, c.KVHeads, T, D})
-			vi = f.Slice(v, []int{i, 0, 0, 0}, []int{i + 1, c.KVHeads, T, D})
-		}
-		keys, values, mode, mask := cc.layers[li].attend(f, cc.n, ki, vi)
-		rows[i] = f.Attention(qi, keys, values, m.attnScale, mode, mask, sinks)
-	}
-	o := rows[0]
-	if B > 1 {
-		o = f.Concatenate(0, rows...)
-	}
-	return l.o.apply(f, f.Reshape(f.Transpose(o, 0, 2, 1, 3), B, T, c.Heads*D))
+	o := b.Attend(li, q, k, v, m.attnScale, sinks) // [N, heads, D]
+	return l.o.apply(f, f.Reshape(o, 1, N, c.Heads*D))
 }
 
 // mixture is the routed MLP: the router picks each token's PerToken
 // highest-scoring experts, their scores are softmaxed among themselves, and
 // the token's output is the so-weighted sum of those experts' clamped
-// SwiGLU MLPs. h is [B, T, hidden].
+// SwiGLU MLPs. h is [B, T, hidden] (a step's tokens flattened: [1, N,
+// hidden]).
 func (m *Model) mixture(f *mlx.Frame, l *layer, h mlx.Array) mlx.Array {
 	B, T, H := h.Dim(0), h.Dim(1), h.Dim(2)
 	E, K := m.facts.Experts, m.facts.PerToken

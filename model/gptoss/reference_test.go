@@ -8,6 +8,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/goprovider/provider/kvpool"
 	"github.com/goprovider/provider/mlx"
 	"github.com/goprovider/provider/sample"
 )
@@ -134,11 +135,11 @@ func checkRun(t *testing.T, rc refCase, l *loaded, prompt []int32, ref refRun) f
 			t.Errorf("step %d: max |logit diff| %.4g at token %d > %.3g", s, d, at, rc.logitTol)
 		}
 	}
-	c := l.newCache(t)
+	c := l.newSeq(t)
 	next := prompt
 	diverged := -1
 	for s, want := range ref.Tokens {
-		logits := l.step(t, [][]int32{next}, []*Cache{c})
+		logits := l.step(t, [][]int32{next}, []*kvpool.Seq{c})
 		compare(s, logits)
 		tok := sample.Argmax(logits)
 		if tok != want {
@@ -154,11 +155,11 @@ func checkRun(t *testing.T, rc refCase, l *loaded, prompt []int32, ref refRun) f
 	if m := ref.Margins[diverged]; m > rc.tieMargin {
 		t.Errorf("greedy diverges at step %d where mlx-lm's margin is %.3g", diverged, m)
 	}
-	forced := l.newCache(t)
-	l.step(t, [][]int32{append(slices.Clone(prompt), ref.Tokens[:diverged]...)}, []*Cache{forced})
+	forced := l.newSeq(t)
+	l.step(t, [][]int32{append(slices.Clone(prompt), ref.Tokens[:diverged]...)}, []*kvpool.Seq{forced})
 	checked := 0
 	for s := diverged + 1; s < len(ref.Tokens); s++ {
-		logits := l.step(t, [][]int32{{ref.Tokens[s-1]}}, []*Cache{forced})
+		logits := l.step(t, [][]int32{{ref.Tokens[s-1]}}, []*kvpool.Seq{forced})
 		compare(s, logits)
 		if ref.Margins[s] > rc.tieMargin {
 			checked++

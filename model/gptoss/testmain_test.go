@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/goprovider/provider/kvpool"
 	"github.com/goprovider/provider/mlx"
 	"github.com/goprovider/provider/model"
 )
@@ -22,11 +23,12 @@ type loaded struct {
 	s   mlx.Stream
 	w   *model.Weights
 	net *Model
+	st  *model.Stepper
 	cfg model.Config
 }
 
 // load opens a checkpoint directory of the fixture with activations (and
-// cache) in act; adjust, when non-nil, edits the config first.
+// KV pool) in act; adjust, when non-nil, edits the config first.
 func load(tb testing.TB, variant string, act mlx.Dtype, adjust func(*model.Config)) *loaded {
 	tb.Helper()
 	m, err := model.Open(filepath.Join(refDir, variant))
@@ -43,13 +45,17 @@ func load(tb testing.TB, variant string, act mlx.Dtype, adjust func(*model.Confi
 		if l.w, err = m.Upload(l.s); err != nil {
 			return
 		}
-		l.net, err = New(m.Config, l.w)
+		if l.net, err = New(m.Config, l.w); err != nil {
+			return
+		}
+		l.st, err = model.NewStepper(l.net, l.s)
 	})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() {
 		l.th.Do(func() {
+			l.st.Close()
 			l.net.Close()
 			l.w.Free()
 			l.s.Free()
@@ -74,18 +80,20 @@ func withWindow(w int) func(*model.Config) {
 
 // step runs one Forward of several rows and returns their logits,
 // row-major.
-func (l *loaded) step(tb testing.TB, rows [][]int32, caches []*Cache) []float32 {
+func (l *loaded) step(tb testing.TB, rows [][]int32, seqs []*kvpool.Seq) []float32 {
+	tb.Helper()
+	return l.stepOn(tb, l.st, rows, seqs)
+}
+
+// stepOn is step on another stepper of the network.
+func (l *loaded) stepOn(tb testing.TB, st *model.Stepper, rows [][]int32, seqs []*kvpool.Seq) []float32 {
 	tb.Helper()
 	var out []float32
 	var err error
 	l.th.Do(func() {
 		f := mlx.NewFrame(l.s)
 		defer f.Free()
-		gen := make([]model.Cache, len(caches))
-		for i, c := range caches {
-			gen[i] = c
-		}
-		out = f.ToFloat32s(l.net.Forward(f, rows, gen))
+		out = f.ToFloat32s(st.Forward(f, rows, seqs))
 		err = f.Err()
 	})
 	if err != nil {
@@ -94,11 +102,33 @@ func (l *loaded) step(tb testing.TB, rows [][]int32, caches []*Cache) []float32 
 	return out
 }
 
-// newCache returns an empty cache released when the test ends.
-func (l *loaded) newCache(tb testing.TB) *Cache {
-	c := l.net.NewCache().(*Cache)
-	tb.Cleanup(func() { l.th.Do(c.Free) })
-	return c
+// opsStepper is a second stepper of the network whose pool attends through
+// MLX ops (gathered keys under an explicit mask) where the default one may
+// use the fused CPU kernel; it closes when the test ends.
+func (l *loaded) opsStepper(tb testing.TB) *model.Stepper {
+	tb.Helper()
+	var p *kvpool.Pool
+	var err error
+	l.th.Do(func() { p, err = model.NewPool(l.net, l.s, kvpool.Options{Ops: true}) })
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { l.th.Do(p.Close) })
+	return &model.Stepper{Net: l.net, Pool: p}
+}
+
+// newSeq returns an empty sequence of the default stepper's pool, freed
+// when the test ends (before the pool closes).
+func (l *loaded) newSeq(tb testing.TB) *kvpool.Seq {
+	return l.newSeqOn(tb, l.st)
+}
+
+// newSeqOn is newSeq on st's pool (cleanups run last in, first out, so the
+// sequence is freed before a pool made later closes).
+func (l *loaded) newSeqOn(tb testing.TB, st *model.Stepper) *kvpool.Seq {
+	s := st.NewSeq()
+	tb.Cleanup(func() { l.th.Do(s.Free) })
+	return s
 }
 
 func readF32(tb testing.TB, path string) []float32 {

@@ -2,10 +2,10 @@ package llama
 
 import (
 	"fmt"
+	"github.com/goprovider/provider/kvpool"
 	"testing"
 
 	"github.com/goprovider/provider/mlx"
-	"github.com/goprovider/provider/model"
 	"github.com/goprovider/provider/sample"
 	"github.com/goprovider/provider/tokenizer"
 )
@@ -16,16 +16,16 @@ func greedy(tb testing.TB, l *loaded, prompts [][]int32, steps int) [][]int32 {
 	tb.Helper()
 	out := make([][]int32, len(prompts))
 	l.th.Do(func() {
-		caches := make([]model.Cache, len(prompts))
+		caches := make([]*kvpool.Seq, len(prompts))
 		for i := range caches {
-			caches[i] = l.net.NewCache()
+			caches[i] = l.st.NewSeq()
 			defer caches[i].Free()
 		}
 		next := prompts
 		vocab := l.m.Config.Vocab
 		for range steps {
 			f := mlx.NewFrame(l.s)
-			logits := f.ToFloat32s(l.net.Forward(f, next, caches))
+			logits := f.ToFloat32s(l.st.Forward(f, next, caches))
 			f.Free()
 			if err := f.Err(); err != nil {
 				tb.Fatal(err)

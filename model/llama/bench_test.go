@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goprovider/provider/kvpool"
 	"github.com/goprovider/provider/mlx"
-	"github.com/goprovider/provider/model"
 	"github.com/goprovider/provider/sample"
 )
 
@@ -23,12 +23,12 @@ func BenchmarkSmolLM2(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		l.th.Do(func() {
-			c := l.net.NewCache()
+			c := l.st.NewSeq()
 			defer c.Free()
 			step := func(tokens []int32) int32 {
 				f := mlx.NewFrame(l.s)
 				defer f.Free()
-				logits := f.ToFloat32s(l.net.Forward(f, [][]int32{tokens}, []model.Cache{c}))
+				logits := f.ToFloat32s(l.st.Forward(f, [][]int32{tokens}, []*kvpool.Seq{c}))
 				if f.Err() != nil {
 					b.Fatal(f.Err())
 				}

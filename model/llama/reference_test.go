@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"github.com/goprovider/provider/kvpool"
 	"math"
 	"os"
 	"path/filepath"
@@ -106,7 +107,7 @@ var refCases = []refCase{
 // stepRun feeds tokens one step at a time and returns each step's logits.
 type stepRun struct {
 	l     *loaded
-	cache model.Cache
+	cache *kvpool.Seq
 }
 
 func (r *stepRun) step(t *testing.T, tokens []int32) []float32 {
@@ -115,7 +116,7 @@ func (r *stepRun) step(t *testing.T, tokens []int32) []float32 {
 	r.l.th.Do(func() {
 		f := mlx.NewFrame(r.l.s)
 		defer f.Free()
-		out = f.ToFloat32s(r.l.net.Forward(f, [][]int32{tokens}, []model.Cache{r.cache}))
+		out = f.ToFloat32s(r.l.st.Forward(f, [][]int32{tokens}, []*kvpool.Seq{r.cache}))
 		if err := f.Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -169,7 +170,7 @@ func checkPrompt(t *testing.T, rc refCase, l *loaded, p refPrompt) {
 	vocab := l.m.Config.Vocab
 
 	// Free-running greedy from the reference prompt tokens.
-	free := &stepRun{l: l, cache: l.net.NewCache()}
+	free := &stepRun{l: l, cache: l.st.NewSeq()}
 	defer l.th.Do(free.cache.Free)
 	var ours []int32
 	next := p.PromptTokens
@@ -196,7 +197,7 @@ func checkPrompt(t *testing.T, rc refCase, l *loaded, p refPrompt) {
 	}
 	// Teacher forcing: feed llama.cpp's tokens, so one near-tie cannot
 	// derail the rest of the comparison.
-	forced := &stepRun{l: l, cache: l.net.NewCache()}
+	forced := &stepRun{l: l, cache: l.st.NewSeq()}
 	defer l.th.Do(forced.cache.Free)
 	next = p.PromptTokens
 	checked, worst := 0, 0.0
@@ -255,7 +256,7 @@ func TestPrefillLogitsEveryPosition(t *testing.T) {
 			// Position i's logits: feed tokens [0, i] as one prefill.
 			worst := 0.0
 			for i := range meta.PromptTokens {
-				r := &stepRun{l: l, cache: l.net.NewCache()}
+				r := &stepRun{l: l, cache: l.st.NewSeq()}
 				got := r.step(t, meta.PromptTokens[:i+1])
 				l.th.Do(r.cache.Free)
 				d, at := maxAbsDiff(got, ref[i*vocab:(i+1)*vocab])

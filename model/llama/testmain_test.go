@@ -20,6 +20,7 @@ type loaded struct {
 	s   mlx.Stream
 	w   *model.Weights
 	net model.Network
+	st  *model.Stepper
 }
 
 // load opens a real checkpoint; a missing SmolLM2 is a setup error, never a
@@ -48,13 +49,17 @@ func loadWith(tb testing.TB, path string, adjust func(*model.Config)) *loaded {
 		if l.w, err = m.Upload(l.s); err != nil {
 			return
 		}
-		l.net, err = New(m.Config, l.w)
+		if l.net, err = New(m.Config, l.w); err != nil {
+			return
+		}
+		l.st, err = model.NewStepper(l.net, l.s)
 	})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() {
 		l.th.Do(func() {
+			l.st.Close()
 			l.net.Close()
 			l.w.Free()
 			l.s.Free()

@@ -31,6 +31,7 @@ import (
 	"strings"
 
 	"github.com/goprovider/provider/family"
+	"github.com/goprovider/provider/kvpool"
 	"github.com/goprovider/provider/mlx"
 	"github.com/goprovider/provider/model"
 	"github.com/goprovider/provider/sample"
@@ -140,13 +141,17 @@ func run(modelDir, promptsPath string, steps int, out string) error {
 // back, and returns every step's logits. It runs on the MLX thread.
 func greedy(s mlx.Stream, net model.Network, prompt []int32, steps int) (result, []float32, error) {
 	r := result{PromptTokens: prompt}
-	c := net.NewCache()
-	defer c.Free()
+	st, err := model.NewStepper(net, s)
+	if err != nil {
+		return r, nil, err
+	}
+	defer st.Close()
+	c := st.NewSeq()
 	var all []float32
 	next := prompt
 	for range steps {
 		f := mlx.NewFrame(s)
-		logits := f.ToFloat32s(net.Forward(f, [][]int32{next}, []model.Cache{c}))
+		logits := f.ToFloat32s(st.Forward(f, [][]int32{next}, []*kvpool.Seq{c}))
 		err := f.Err()
 		f.Free()
 		if err != nil {

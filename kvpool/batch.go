@@ -1,0 +1,333 @@
+package kvpool
+
+import (
+	"fmt"
+
+	"github.com/goprovider/provider/mlx"
+)
+
+// Row is one sequence's part of a step: the tokens it adds (a prefill chunk
+// or one decode token) and whether the logits of its last one are wanted.
+type Row struct {
+	Seq    *Seq
+	Tokens []int32
+	Sample bool
+}
+
+// Batch is one step over the pool: every row's new tokens flattened into N
+// positions (row by row), their positions, the rows' block tables, and the
+// index of each sampling row's last token. It is built by Begin, used by
+// one forward pass on the frame it was built with, and ended by Commit
+// once that pass has evaluated.
+type Batch struct {
+	p    *Pool
+	f    *mlx.Frame
+	rows []Row
+	// Flat token ids, positions and owning rows of the step, N each.
+	Tokens    []int32
+	Positions []int32
+	rowOf     []int32
+	start     []int // per row: first flat index
+	// SampleAt holds the flat index of each sampling row's last token, in
+	// row order.
+	SampleAt []int32
+
+	tokens, positions, sampleAt mlx.Array
+	g                           []*groupStep
+}
+
+// groupStep is what one group's layers share in a step, built on first use.
+type groupStep struct {
+	// The pool row each token's key and value go to, [N, 1, 1].
+	scatter mlx.Array
+	// Fused kernel: block tables [R, MB], (row, position) of each token
+	// [N, 2].
+	table, meta mlx.Array
+	// MLX ops: key gather [R*L], query gather [R*Tq] and output gather [N]
+	// (both skipped when identity), mask [R, 1, Tq, L].
+	gather, qIdx, oIdx, mask mlx.Array
+	L, Tq                    int
+	identity                 bool
+}
+
+// Begin reserves the blocks rows need and lays out the step on f. On an
+// error nothing was written, but blocks reserved so far stay with their
+// sequences (the caller frees the sequences of a failed step).
+func (p *Pool) Begin(f *mlx.Frame, rows []Row) (*Batch, error) {
+	b := &Batch{p: p, f: f, rows: rows, start: make([]int, len(rows)), g: make([]*groupStep, len(p.groups))}
+	for r, row := range rows {
+		if row.Seq == nil || row.Seq.p != p {
+			return nil, fmt.Errorf("kvpool: row %d: sequence of another pool", r)
+		}
+		if len(row.Tokens) == 0 {
+			return nil, fmt.Errorf("kvpool: row %d adds no tokens", r)
+		}
+		if err := row.Seq.reserve(row.Seq.n + len(row.Tokens)); err != nil {
+			return nil, err
+		}
+		b.start[r] = len(b.Tokens)
+		for t, id := range row.Tokens {
+			b.Tokens = append(b.Tokens, id)
+			b.Positions = append(b.Positions, int32(row.Seq.n+t))
+			b.rowOf = append(b.rowOf, int32(r))
+		}
+		if row.Sample {
+			b.SampleAt = append(b.SampleAt, int32(len(b.Tokens)-1))
+		}
+	}
+	return b, nil
+}
+
+// N is the number of tokens in the step.
+func (b *Batch) N() int { return len(b.Tokens) }
+
+// TokenIDs is the step's tokens as [1, N] int32.
+func (b *Batch) TokenIDs() mlx.Array {
+	if !b.tokens.Valid() {
+		b.tokens = b.f.Int32s(b.Tokens, 1, len(b.Tokens))
+	}
+	return b.tokens
+}
+
+// PositionIDs is the position of each token, [N] int32.
+func (b *Batch) PositionIDs() mlx.Array {
+	if !b.positions.Valid() {
+		b.positions = b.f.Int32s(b.Positions, len(b.Positions))
+	}
+	return b.positions
+}
+
+// LogitRows is where the forward pass computes logits: SampleAt, or the
+// step's last token when no row samples (a step's writes to the pool are
+// evaluated through its output, so it always has one).
+func (b *Batch) LogitRows() []int32 {
+	if len(b.SampleAt) == 0 {
+		return []int32{int32(len(b.Tokens) - 1)}
+	}
+	return b.SampleAt
+}
+
+// SampleIndex is LogitRows as an int32 array.
+func (b *Batch) SampleIndex() mlx.Array {
+	if !b.sampleAt.Valid() {
+		at := b.LogitRows()
+		b.sampleAt = b.f.Int32s(at, len(at))
+	}
+	return b.sampleAt
+}
+
+// Commit records the step's tokens as stored and lets sliding groups drop
+// the blocks no later query can see. Call it once the forward pass has
+// evaluated without error.
+func (b *Batch) Commit() {
+	for _, row := range b.rows {
+		row.Seq.n += len(row.Tokens)
+		row.Seq.trim()
+	}
+}
+
+// keyRange is the span of positions row r's queries read in a group of
+// window w: lo .. hi.
+func (b *Batch) keyRange(r, w int) (lo, hi int) {
+	s := b.rows[r].Seq
+	hi = s.n + len(b.rows[r].Tokens) - 1
+	if w > 0 {
+		lo = max(0, s.n-w+1)
+	}
+	return lo, hi
+}
+
+func (b *Batch) step(gi int) *groupStep {
+	if b.g[gi] != nil {
+		return b.g[gi]
+	}
+	gs := &groupStep{}
+	b.g[gi] = gs
+	f, g, N, R := b.f, b.p.groups[gi], len(b.Tokens), len(b.rows)
+	slots := make([]int32, N)
+	for i := range slots {
+		slots[i] = b.rows[b.rowOf[i]].Seq.slot(gi, int(b.Positions[i]))
+	}
+	gs.scatter = f.Int32s(slots, N, 1, 1)
+	if b.p.fused {
+		mb := 1
+		for _, row := range b.rows {
+			mb = max(mb, len(row.Seq.tab[gi]))
+		}
+		table := make([]int32, R*mb)
+		for r, row := range b.rows {
+			copy(table[r*mb:], row.Seq.tab[gi])
+			for j := len(row.Seq.tab[gi]); j < mb; j++ {
+				table[r*mb+j] = -1
+			}
+		}
+		meta := make([]int32, 2*N)
+		for i := range N {
+			meta[2*i], meta[2*i+1] = b.rowOf[i], b.Positions[i]
+		}
+		gs.table, gs.meta = f.Int32s(table, R, mb), f.Int32s(meta, N, 2)
+		return gs
+	}
+	for r, row := range b.rows {
+		lo, hi := b.keyRange(r, g.window)
+		gs.L = max(gs.L, hi-lo+1)
+		gs.Tq = max(gs.Tq, len(row.Tokens))
+	}
+	L, Tq := gs.L, gs.Tq
+	gs.identity = Tq == 1
+	gather := make([]int32, R*L)
+	qIdx := make([]int32, R*Tq)
+	mask := make([]bool, R*Tq*L)
+	for r, row := range b.rows {
+		s := row.Seq
+		lo, hi := b.keyRange(r, g.window)
+		for j := range L {
+			pos := lo
+			if lo+j <= hi {
+				pos = lo + j
+			}
+			gather[r*L+j] = s.slot(gi, pos)
+		}
+		for t := range Tq {
+			if t >= len(row.Tokens) {
+				// A padding query sees one key, so its softmax stays finite.
+				qIdx[r*Tq+t] = int32(b.start[r])
+				mask[(r*Tq+t)*L] = true
+				continue
+			}
+			qIdx[r*Tq+t] = int32(b.start[r] + t)
+			p := s.n + t
+			for j := range L {
+				kp := lo + j
+				mask[(r*Tq+t)*L+j] = kp <= p && (g.window == 0 || p-kp < g.window)
+			}
+		}
+	}
+	gs.gather = f.Int32s(gather, R*L)
+	gs.mask = f.Reshape(f.Greater(f.Int32s(boolInts(mask), R*Tq*L), f.ScalarInt(0)), R, 1, Tq, L)
+	if !gs.identity {
+		oIdx := make([]int32, N)
+		for i := range N {
+			r := int(b.rowOf[i])
+			oIdx[i] = int32(r*Tq + i - b.start[r])
+		}
+		gs.qIdx, gs.oIdx = f.Int32s(qIdx, R*Tq), f.Int32s(oIdx, N)
+	}
+	return gs
+}
+
+func boolInts(m []bool) []int32 {
+	out := make([]int32, len(m))
+	for i, v := range m {
+		if v {
+			out[i] = 1
+		}
+	}
+	return out
+}
+
+// Attend stores layer li's new keys and values k, v ([N, KVHeads, HeadDim];
+// ignored for a layer that shares another's storage) and returns the
+// attention of q [N, Heads, HeadDim] for every token of the step over its
+// own row's keys: causal, within the layer's window, GQA by head groups,
+// sinks (one logit per head, may be invalid) in each softmax's denominator.
+// The result is [N, Heads, HeadDim] in the activation dtype.
+func (b *Batch) Attend(li int, q, k, v mlx.Array, scale float32, sinks mlx.Array) mlx.Array {
+	p, f := b.p, b.f
+	if f.Err() != nil {
+		return mlx.Array{}
+	}
+	gi := p.group[li]
+	src := li
+	if p.layers[li].SharedFrom >= 0 {
+		src = p.layers[li].SharedFrom
+		k, v = mlx.Array{}, mlx.Array{}
+	}
+	gs := b.step(gi)
+	if p.fused {
+		return f.PagedAttention(q, k, v, p.k[src], p.v[src], f.Reshape(gs.scatter, -1), gs.table, gs.meta, BlockTokens, p.groups[gi].window, scale, sinks)
+	}
+	if k.Valid() {
+		b.store(src, gs, k, v)
+	}
+	l := p.layers[src]
+	R, H, D := len(b.rows), q.Dim(1), q.Dim(2)
+	keys := func(pool mlx.Array) mlx.Array {
+		x := f.Reshape(f.Take(pool, gs.gather, 0), R, gs.L, l.KVHeads, l.HeadDim)
+		return f.Transpose(x, 0, 2, 1, 3)
+	}
+	qq := q
+	if !gs.identity {
+		qq = f.Take(q, gs.qIdx, 0)
+	}
+	qq = f.Transpose(f.Reshape(qq, R, gs.Tq, H, D), 0, 2, 1, 3)
+	o := f.Attention(qq, keys(p.k[src]), keys(p.v[src]), scale, "array", gs.mask, sinks)
+	o = f.Reshape(f.Transpose(o, 0, 2, 1, 3), R*gs.Tq, H, D)
+	if !gs.identity {
+		o = f.Take(o, gs.oIdx, 0)
+	}
+	return o
+}
+
+// store scatters the step's keys and values into layer li's pools. The
+// pool's old arrays are released before evaluation so MLX updates them in
+// place.
+func (b *Batch) store(li int, gs *groupStep, k, v mlx.Array) {
+	p, f := b.p, b.f
+	l := p.layers[li]
+	idx := f.BroadcastTo(gs.scatter, len(b.Tokens), l.KVHeads, l.HeadDim)
+	for _, x := range []struct {
+		pool *mlx.Array
+		val  mlx.Array
+	}{{&p.k[li], k}, {&p.v[li], v}} {
+		updated := f.Keep(f.PutAlongAxis(*x.pool, idx, f.AsType(x.val, p.dtype), 0))
+		if !updated.Valid() {
+			return
+		}
+		x.pool.Free()
+		*x.pool = updated
+	}
+}
+
+// AttendRows is Attend for attention that must run one row at a time
+// (reference numerics): it stores k and v as Attend does, then calls fn
+// for each row with its queries [1, Heads, T, HeadDim] and its keys and
+// values [1, KVHeads, S, HeadDim] (the row's positions lo .. its last, lo
+// being where the layer's window starts for the row's first new token),
+// fn returning [1, Heads, T, HeadDim]. The result is [N, Heads, HeadDim].
+func (b *Batch) AttendRows(li int, q, k, v mlx.Array, fn func(q, k, v mlx.Array) mlx.Array) mlx.Array {
+	p, f := b.p, b.f
+	if f.Err() != nil {
+		return mlx.Array{}
+	}
+	gi := p.group[li]
+	src := li
+	if p.layers[li].SharedFrom >= 0 {
+		src = p.layers[li].SharedFrom
+	} else {
+		b.store(src, b.step(gi), k, v)
+	}
+	l := p.layers[src]
+	H, D := q.Dim(1), q.Dim(2)
+	out := make([]mlx.Array, len(b.rows))
+	for r, row := range b.rows {
+		lo, hi := b.keyRange(r, p.groups[gi].window)
+		idx := make([]int32, 0, hi-lo+1)
+		for pos := lo; pos <= hi; pos++ {
+			idx = append(idx, row.Seq.slot(gi, pos))
+		}
+		ix := f.Int32s(idx, len(idx))
+		kv := func(pool mlx.Array) mlx.Array {
+			return f.Transpose(f.Reshape(f.Take(pool, ix, 0), 1, len(idx), l.KVHeads, l.HeadDim), 0, 2, 1, 3)
+		}
+		T := len(row.Tokens)
+		qr := f.Slice(q, []int{b.start[r], 0, 0}, []int{b.start[r] + T, H, D})
+		qr = f.Transpose(f.Reshape(qr, 1, T, H, D), 0, 2, 1, 3)
+		o := fn(qr, kv(p.k[src]), kv(p.v[src]))
+		out[r] = f.Reshape(f.Transpose(o, 0, 2, 1, 3), T, H, D)
+	}
+	if len(out) == 1 {
+		return out[0]
+	}
+	return f.Concatenate(0, out...)
+}

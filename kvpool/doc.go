@@ -1,0 +1,59 @@
+// Package kvpool owns the keys and values of every sequence a model serves:
+// one pool per model, shared by all its rows, for every family.
+//
+// # Blocks, groups and tables
+//
+// Storage is allocated in blocks of BlockTokens (256) token positions, the
+// prefix cache's block size. Layers with the same sliding window (0: full
+// attention) form a group with one block allocator; each storage-owning
+// layer of the group has its own key and value arrays of [blocks x
+// BlockTokens, KVHeads, HeadDim], and block b of the group is rows
+// b*BlockTokens.. of every one of them. A layer that reads another layer's
+// keys and values (KV sharing) holds nothing and attends over its source's
+// arrays. A sequence (Seq) keeps, per group, a block table: the physical
+// block of each logical block (position / BlockTokens). Blocks are
+// refcounted, so a later prefix cache can share them between sequences;
+// the last release returns a block to its group's free list. The arrays
+// grow by doubling when a group runs out of free blocks; they never shrink.
+//
+// A full-attention group keeps every block of a sequence. A sliding group of
+// window w keeps, between steps, the newest RingBlocks(w) =
+// ceil((w-1)/BlockTokens)+1 blocks: the next query at position n sees
+// positions n-w+1 .. n, and the w-1 of them already stored span at most that
+// many blocks wherever the boundaries fall. During a step a sequence may hold
+// more (a prefill chunk's own blocks); Commit lets them go.
+//
+// # Steps
+//
+// A step (Batch) flattens every row's new tokens, prefill chunks and decode
+// tokens alike, into N positions, so a family's forward pass runs once over
+// [1, N, hidden] whatever the mix. Begin reserves the blocks the step writes;
+// the family calls Attend once per layer, which stores the layer's N new keys
+// and values and returns each token's attention over its own row: causal,
+// within the layer's window, GQA, attention sinks. Logits are computed only
+// at LogitRows (each sampling row's last token). Commit, after the pass has
+// evaluated, advances the sequences and trims sliding groups.
+//
+// Attend has two implementations with one meaning. On a CPU stream with
+// float32 storage it is one fused primitive per layer (mlx PagedAttention)
+// that writes the new keys and values into the pool's arrays in place and
+// reads every row's keys through its block table. Elsewhere (CUDA, Metal,
+// half precision) it is MLX ops: a scatter into the pool arrays, whose old
+// handles are dropped before evaluation so MLX updates them in place, a
+// gather of each row's keys into a padded [rows, keys] layout and one
+// masked scaled_dot_product_attention for all rows. Tests run both on the
+// same steps against attention computed in float64 on the host.
+//
+// # The ledger agreement
+//
+// Between steps a sequence of n tokens holds exactly what the engine's
+// ledger charges for n tokens (engine.KVLayout.SequenceBytes with Block =
+// BlockTokens): per group, whole blocks, a sliding group at most its ring.
+// The engine's tests pin this for every family's layout.
+//
+// # Threads and imports
+//
+// Every method runs on the model's MLX thread; nothing here locks. The
+// package imports only mlx and the standard library; the engine and the
+// model families import it.
+package kvpool

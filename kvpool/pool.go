@@ -1,0 +1,290 @@
+package kvpool
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/goprovider/provider/mlx"
+)
+
+// BlockTokens is how many token positions one block holds: the unit of
+// allocation, of the ledger's charge and of the prefix cache.
+const BlockTokens = 256
+
+// Layer is one transformer layer's KV geometry.
+type Layer struct {
+	KVHeads, HeadDim int
+	// Window is the sliding-window length in tokens; 0 is full attention.
+	Window int
+	// SharedFrom is -1 when the layer owns its keys and values, else the
+	// layer whose pool it reads (that layer must own storage).
+	SharedFrom int
+}
+
+// ErrFull: the pool may not grow to the blocks a step needs.
+var ErrFull = errors.New("kvpool: out of blocks")
+
+// Options configure a Pool.
+type Options struct {
+	// MaxBytes bounds the pool's storage; 0 is unbounded (the engine's
+	// ledger bounds what rows may hold).
+	MaxBytes int64
+	// Ops forces the MLX-ops attention path even where the fused CPU kernel
+	// applies (for tests that compare the two).
+	Ops bool
+}
+
+// Pool is the KV storage of every row of one model: per storage-owning
+// layer one key and one value array of [blocks*BlockTokens, KVHeads,
+// HeadDim], and per group of layers with the same window one block
+// allocator. All methods run on the MLX thread.
+type Pool struct {
+	s      mlx.Stream
+	dtype  mlx.Dtype
+	opt    Options
+	fused  bool
+	layers []Layer
+	group  []int // per layer, sharing layers included
+	groups []*group
+	k, v   []mlx.Array // per layer; invalid for sharing layers
+}
+
+// group is the block allocator of the layers with one window.
+type group struct {
+	window int
+	// ring is how many of its newest blocks a sequence keeps between
+	// steps; 0 keeps all (full attention).
+	ring       int
+	layers     []int // storage-owning layers
+	blocks     int   // allocated
+	free       []int32
+	refs       []int32
+	blockBytes int64 // one block across the group's layers, keys and values
+}
+
+// RingBlocks is how many blocks a sliding layer of window w keeps between
+// steps: enough for the w-1 positions before the next query, wherever the
+// block boundaries fall.
+func RingBlocks(w int) int {
+	if w <= 0 {
+		return 0
+	}
+	return (w-1+BlockTokens-1)/BlockTokens + 1
+}
+
+// New makes an empty pool for layers whose cached elements have dtype d,
+// on stream s (which must outlive the pool).
+func New(s mlx.Stream, d mlx.Dtype, layers []Layer, opt Options) (*Pool, error) {
+	p := &Pool{s: s, dtype: d, opt: opt, layers: layers, group: make([]int, len(layers)),
+		k: make([]mlx.Array, len(layers)), v: make([]mlx.Array, len(layers))}
+	p.fused = !opt.Ops && d == mlx.Float32 && s.IsCPU()
+	byWindow := map[int]int{}
+	for i, l := range layers {
+		if l.SharedFrom >= 0 {
+			continue
+		}
+		if l.KVHeads <= 0 || l.HeadDim <= 0 || l.Window < 0 {
+			return nil, fmt.Errorf("kvpool: layer %d: bad geometry %+v", i, l)
+		}
+		g, ok := byWindow[l.Window]
+		if !ok {
+			g = len(p.groups)
+			byWindow[l.Window] = g
+			p.groups = append(p.groups, &group{window: l.Window, ring: RingBlocks(l.Window)})
+		}
+		p.group[i] = g
+		gr := p.groups[g]
+		gr.layers = append(gr.layers, i)
+		gr.blockBytes += int64(BlockTokens) * 2 * int64(l.KVHeads) * int64(l.HeadDim) * int64(d.Size())
+	}
+	for i, l := range layers {
+		if l.SharedFrom < 0 {
+			continue
+		}
+		j := l.SharedFrom
+		if j >= len(layers) || j == i || layers[j].SharedFrom >= 0 {
+			return nil, fmt.Errorf("kvpool: layer %d shares layer %d, which owns no storage", i, j)
+		}
+		p.group[i] = p.group[j]
+	}
+	return p, nil
+}
+
+// Fused reports whether attention runs as the fused in-place CPU kernel.
+func (p *Pool) Fused() bool { return p.fused }
+
+// Bytes is the storage the pool has allocated (held and free blocks).
+func (p *Pool) Bytes() int64 {
+	var n int64
+	for _, g := range p.groups {
+		n += int64(g.blocks) * g.blockBytes
+	}
+	return n
+}
+
+// HeldBytes is the storage of blocks some sequence holds.
+func (p *Pool) HeldBytes() int64 {
+	var n int64
+	for _, g := range p.groups {
+		n += int64(g.blocks-len(g.free)) * g.blockBytes
+	}
+	return n
+}
+
+// Close frees the storage. Sequences of the pool must not be used after.
+func (p *Pool) Close() {
+	for i := range p.k {
+		p.k[i].Free()
+		p.v[i].Free()
+	}
+	for _, g := range p.groups {
+		g.blocks, g.free, g.refs = 0, nil, nil
+	}
+}
+
+// alloc takes one block of group g, growing the storage when none is free.
+func (p *Pool) alloc(gi int) (int32, error) {
+	g := p.groups[gi]
+	if len(g.free) == 0 {
+		if err := p.grow(gi); err != nil {
+			return -1, err
+		}
+	}
+	b := g.free[len(g.free)-1]
+	g.free = g.free[:len(g.free)-1]
+	g.refs[b] = 1
+	return b, nil
+}
+
+// Retain adds a reference to a held block (a later prefix cache shares
+// blocks between sequences this way).
+func (p *Pool) retain(gi int, b int32) { p.groups[gi].refs[b]++ }
+
+// release drops a reference; the last one returns the block.
+func (p *Pool) release(gi int, b int32) {
+	g := p.groups[gi]
+	if g.refs[b] <= 0 {
+		panic(fmt.Sprintf("kvpool: block %d of group %d released while free", b, gi))
+	}
+	g.refs[b]--
+	if g.refs[b] == 0 {
+		g.free = append(g.free, b)
+	}
+}
+
+// grow doubles group g's storage (at least 4 blocks), copying what it holds.
+func (p *Pool) grow(gi int) error {
+	g := p.groups[gi]
+	n := max(2*g.blocks, 4)
+	if p.opt.MaxBytes > 0 {
+		others := p.Bytes() - int64(g.blocks)*g.blockBytes
+		n = min(n, int((p.opt.MaxBytes-others)/g.blockBytes))
+		if n <= g.blocks {
+			return ErrFull
+		}
+	}
+	for _, li := range g.layers {
+		l := p.layers[li]
+		for _, a := range []*mlx.Array{&p.k[li], &p.v[li]} {
+			var next mlx.Array
+			var err error
+			if a.Valid() {
+				next, err = mlx.GrowBuffer(p.s, *a, n*BlockTokens)
+			} else {
+				next, err = mlx.NewBuffer(p.s, p.dtype, n*BlockTokens, l.KVHeads, l.HeadDim)
+			}
+			if err != nil {
+				return fmt.Errorf("kvpool: %w", err)
+			}
+			a.Free()
+			*a = next
+		}
+	}
+	for b := n - 1; b >= g.blocks; b-- {
+		g.free = append(g.free, int32(b))
+	}
+	g.refs = append(g.refs, make([]int32, n-g.blocks)...)
+	g.blocks = n
+	return nil
+}
+
+// Seq is one sequence's block tables: per group, the physical block of each
+// logical block (position/BlockTokens), -1 once a sliding group has let it
+// go.
+type Seq struct {
+	p    *Pool
+	n    int
+	tab  [][]int32
+	live []int // per group: first logical block still held
+}
+
+// NewSeq returns an empty sequence.
+func (p *Pool) NewSeq() *Seq {
+	return &Seq{p: p, tab: make([][]int32, len(p.groups)), live: make([]int, len(p.groups))}
+}
+
+// Len is the number of tokens the sequence has stored.
+func (s *Seq) Len() int { return s.n }
+
+// Blocks is the number of blocks the sequence holds in each group.
+func (s *Seq) Blocks() []int {
+	out := make([]int, len(s.tab))
+	for g := range s.tab {
+		out[g] = len(s.tab[g]) - s.live[g]
+	}
+	return out
+}
+
+// Bytes is the storage of the blocks the sequence holds.
+func (s *Seq) Bytes() int64 {
+	var n int64
+	for g, b := range s.Blocks() {
+		n += int64(b) * s.p.groups[g].blockBytes
+	}
+	return n
+}
+
+// Free returns every block; the sequence is empty after.
+func (s *Seq) Free() {
+	for g := range s.tab {
+		for _, b := range s.tab[g][s.live[g]:] {
+			s.p.release(g, b)
+		}
+		s.tab[g], s.live[g] = s.tab[g][:0], 0
+	}
+	s.n = 0
+}
+
+// reserve allocates the blocks positions up to total-1 need.
+func (s *Seq) reserve(total int) error {
+	want := (total + BlockTokens - 1) / BlockTokens
+	for g := range s.tab {
+		for len(s.tab[g]) < want {
+			b, err := s.p.alloc(g)
+			if err != nil {
+				return err
+			}
+			s.tab[g] = append(s.tab[g], b)
+		}
+	}
+	return nil
+}
+
+// trim lets sliding groups keep only their newest ring blocks.
+func (s *Seq) trim() {
+	for g, gr := range s.p.groups {
+		if gr.ring == 0 {
+			continue
+		}
+		for len(s.tab[g])-s.live[g] > gr.ring {
+			s.p.release(g, s.tab[g][s.live[g]])
+			s.tab[g][s.live[g]] = -1
+			s.live[g]++
+		}
+	}
+}
+
+// slot is the pool row of position pos in group g.
+func (s *Seq) slot(g, pos int) int32 {
+	return s.tab[g][pos/BlockTokens]*BlockTokens + int32(pos%BlockTokens)
+}

@@ -1,0 +1,288 @@
+package kvpool
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/goprovider/provider/mlx"
+)
+
+// The layers of the tests: full attention with GQA, a sliding window wider
+// than a block, a narrow sliding window, and a layer reading the wide
+// window's storage.
+var testLayers = []Layer{
+	{KVHeads: 2, HeadDim: 8, SharedFrom: -1},
+	{KVHeads: 2, HeadDim: 8, Window: 300, SharedFrom: -1},
+	{KVHeads: 1, HeadDim: 8, Window: 5, SharedFrom: -1},
+	{KVHeads: 2, HeadDim: 8, Window: 300, SharedFrom: 1},
+}
+
+const testHeads = 4
+
+func TestRingBlocks(t *testing.T) {
+	for _, c := range []struct{ w, want int }{{0, 0}, {1, 1}, {5, 2}, {256, 2}, {257, 2}, {258, 3}, {300, 3}, {1024, 5}} {
+		if got := RingBlocks(c.w); got != c.want {
+			t.Errorf("RingBlocks(%d) = %d, want %d", c.w, got, c.want)
+		}
+	}
+}
+
+func TestBlocksHeldAndReleased(t *testing.T) {
+	onMLX(t, func(s mlx.Stream) { blocksHeldAndReleased(t, s) })
+}
+
+func blocksHeldAndReleased(t *testing.T, s mlx.Stream) {
+	p, err := New(s, mlx.Float32, testLayers, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	a, b := p.NewSeq(), p.NewSeq()
+	grow := func(q *Seq, n int) {
+		t.Helper()
+		if err := q.reserve(q.n + n); err != nil {
+			t.Fatal(err)
+		}
+		q.n += n
+		q.trim()
+	}
+	grow(a, 1)
+	// Groups in layer order: full, window 300, window 5.
+	if got := a.Blocks(); got[0] != 1 || got[1] != 1 || got[2] != 1 {
+		t.Fatalf("after 1 token: %v", got)
+	}
+	grow(a, 1000)
+	if got, want := a.Blocks(), []int{4, 3, 2}; !equalInts(got, want) {
+		t.Fatalf("after 1001 tokens: blocks %v, want %v", got, want)
+	}
+	grow(b, 300)
+	held := p.HeldBytes()
+	if held != a.Bytes()+b.Bytes() {
+		t.Fatalf("pool holds %d bytes, sequences %d", held, a.Bytes()+b.Bytes())
+	}
+	a.Free()
+	b.Free()
+	if p.HeldBytes() != 0 || a.Len() != 0 {
+		t.Fatalf("after Free: pool holds %d bytes, a.Len %d", p.HeldBytes(), a.Len())
+	}
+	// Freed blocks are reused before the pool grows again.
+	before := p.Bytes()
+	grow(a, 1001)
+	if p.Bytes() != before {
+		t.Fatalf("pool grew from %d to %d bytes refilling freed blocks", before, p.Bytes())
+	}
+}
+
+func TestMaxBytes(t *testing.T) { onMLX(t, func(s mlx.Stream) { maxBytes(t, s) }) }
+
+func maxBytes(t *testing.T, s mlx.Stream) {
+	layers := []Layer{{KVHeads: 1, HeadDim: 4, SharedFrom: -1}}
+	blockBytes := int64(BlockTokens * 2 * 4 * 4)
+	p, err := New(s, mlx.Float32, layers, Options{MaxBytes: 5 * blockBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	q := p.NewSeq()
+	if err := q.reserve(5 * BlockTokens); err != nil {
+		t.Fatalf("5 blocks within a 5-block bound: %v", err)
+	}
+	if err := q.reserve(5*BlockTokens + 1); err != ErrFull {
+		t.Fatalf("a sixth block: err %v, want ErrFull", err)
+	}
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// history is the host copy of every key and value a row stored, per layer.
+type history struct{ k, v [][]float32 } // [layer][pos*KVH*D]
+
+// TestAttendMatchesNaive runs the same steps (prefill chunks crossing block
+// boundaries, decode rows, rows joining and leaving) through the fused CPU
+// kernel and the MLX-ops path, and compares both with attention computed
+// in float64 on the host from the same keys and values.
+func TestAttendMatchesNaive(t *testing.T) {
+	for _, ops := range []bool{false, true} {
+		name := "fused"
+		if ops {
+			name = "ops"
+		}
+		t.Run(name, func(t *testing.T) { onMLX(t, func(s mlx.Stream) { runAttend(t, s, ops) }) })
+	}
+}
+
+func runAttend(t *testing.T, s mlx.Stream, ops bool) {
+	p, err := New(s, mlx.Float32, testLayers, Options{Ops: ops})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if p.Fused() == ops {
+		t.Fatalf("Fused() = %v with Ops %v", p.Fused(), ops)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	sinks := make([]float32, testHeads)
+	for i := range sinks {
+		sinks[i] = rng.Float32() - 0.5
+	}
+	type rowState struct {
+		seq  *Seq
+		hist history
+	}
+	newRow := func() *rowState {
+		return &rowState{seq: p.NewSeq(), hist: history{k: make([][]float32, len(testLayers)), v: make([][]float32, len(testLayers))}}
+	}
+	rows := []*rowState{newRow(), newRow()}
+	// Each step lists how many tokens each live row adds; a third row joins
+	// at step 3 and the first leaves after step 4.
+	steps := [][]int{{300, 7}, {1, 260}, {1, 1}, {1, 1, 290}, {1, 1, 1}, {1, 1}, {1, 1}}
+	for si, counts := range steps {
+		if si == 3 {
+			rows = append(rows, newRow())
+		}
+		if si == 5 {
+			rows[0].seq.Free()
+			rows = rows[1:]
+		}
+		f := mlx.NewFrame(s)
+		var br []Row
+		for r, n := range counts {
+			br = append(br, Row{Seq: rows[r].seq, Tokens: make([]int32, n), Sample: true})
+		}
+		b, err := p.Begin(f, br)
+		if err != nil {
+			t.Fatal(err)
+		}
+		N := b.N()
+		q := randVals(rng, N*testHeads*8)
+		outs := make([]mlx.Array, len(testLayers))
+		kvs := make([][2][]float32, len(testLayers))
+		for li, l := range testLayers {
+			kvs[li] = [2][]float32{randVals(rng, N*l.KVHeads*8), randVals(rng, N*l.KVHeads*8)}
+			k := f.Float32s(kvs[li][0], N, l.KVHeads, 8)
+			v := f.Float32s(kvs[li][1], N, l.KVHeads, 8)
+			var sk mlx.Array
+			if li == 0 {
+				sk = f.Float32s(sinks, testHeads)
+			}
+			outs[li] = b.Attend(li, f.Float32s(q, N, testHeads, 8), k, v, 0.3, sk)
+		}
+		got := make([][]float32, len(outs))
+		for li := range outs {
+			got[li] = f.ToFloat32s(outs[li])
+		}
+		if err := f.Err(); err != nil {
+			t.Fatalf("step %d: %v", si, err)
+		}
+		b.Commit()
+		f.Free()
+		// Host reference.
+		for r, n := range counts {
+			st := rows[r]
+			base := b.start[r]
+			for li, l := range testLayers {
+				src := li
+				if l.SharedFrom >= 0 {
+					src = l.SharedFrom
+				} else {
+					row := l.KVHeads * 8
+					st.hist.k[li] = append(st.hist.k[li], kvs[li][0][base*row:(base+n)*row]...)
+					st.hist.v[li] = append(st.hist.v[li], kvs[li][1][base*row:(base+n)*row]...)
+				}
+				sl := testLayers[src]
+				var sk []float32
+				if li == 0 {
+					sk = sinks
+				}
+				for tk := range n {
+					i := base + tk
+					pos := int(b.Positions[i])
+					want := naive(q[i*testHeads*8:(i+1)*testHeads*8], st.hist.k[src], st.hist.v[src], pos, sl.Window, sl.KVHeads, 0.3, sk)
+					for j, w := range want {
+						g := got[li][i*testHeads*8+j]
+						if math.Abs(float64(g)-w) > 1e-5 {
+							t.Fatalf("step %d row %d layer %d pos %d: element %d = %v, want %v", si, r, li, pos, j, g, w)
+						}
+					}
+				}
+			}
+		}
+		var sum int64
+		for _, st := range rows {
+			sum += st.seq.Bytes()
+		}
+		if held := p.HeldBytes(); held != sum {
+			t.Fatalf("step %d: pool holds %d bytes, sequences %d", si, held, sum)
+		}
+	}
+}
+
+func randVals(rng *rand.Rand, n int) []float32 {
+	out := make([]float32, n)
+	for i := range out {
+		out[i] = rng.Float32()*2 - 1
+	}
+	return out
+}
+
+// naive is softmax(scale q.k) v for one token at pos over keys and values
+// [pos'*KVH*D] in float64, heads testHeads, head dim 8.
+func naive(q, keys, vals []float32, pos, window, kvh int, scale float64, sinks []float32) []float64 {
+	const D = 8
+	rep := testHeads / kvh
+	out := make([]float64, testHeads*D)
+	lo := 0
+	if window > 0 {
+		lo = max(0, pos-window+1)
+	}
+	for h := range testHeads {
+		kh := h / rep
+		sc := make([]float64, 0, pos-lo+1)
+		m := math.Inf(-1)
+		if sinks != nil {
+			m = float64(sinks[h])
+		}
+		for s := lo; s <= pos; s++ {
+			var d float64
+			for e := range D {
+				d += float64(q[h*D+e]) * scale * float64(keys[(s*kvh+kh)*D+e])
+			}
+			sc = append(sc, d)
+			m = math.Max(m, d)
+		}
+		var sum float64
+		if sinks != nil {
+			sum = math.Exp(float64(sinks[h]) - m)
+		}
+		for i := range sc {
+			sc[i] = math.Exp(sc[i] - m)
+			sum += sc[i]
+		}
+		for i, w := range sc {
+			s := lo + i
+			for e := range D {
+				out[h*D+e] += w / sum * float64(vals[(s*kvh+kh)*D+e])
+			}
+		}
+	}
+	return out
+}
+
+// onMLX runs fn on a fresh MLX thread with the CPU stream.
+func onMLX(t *testing.T, fn func(s mlx.Stream)) {
+	t.Helper()
+	th := mlx.NewThread()
+	defer th.Close()
+	th.Do(func() { fn(mlx.CPU()) })
+}
