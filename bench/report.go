@@ -148,7 +148,7 @@ func WriteTable(w io.Writer, r *Report) error {
 				fmt.Fprintf(w, "%s %s: %d failed (%s)\n", t.Target.Name, l.Level.Label(), l.Summary.Failed, failureCounts(l.Summary))
 			}
 			if l.Summary.Retries > 0 {
-				fmt.Fprintf(w, "%s %s: %d retries on a fresh connection\n", t.Target.Name, l.Level.Label(), l.Summary.Retries)
+				fmt.Fprintf(w, "%s %s: %s on a fresh connection\n", t.Target.Name, l.Level.Label(), retries(l.Summary.Retries))
 			}
 		}
 	}
@@ -208,7 +208,7 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 				b.WriteString("\nSent again on a fresh connection (the connection broke before any response; timed from the last attempt):\n\n")
 				first = false
 			}
-			fmt.Fprintf(&b, "- %s: %d retries\n", l.Level.Label(), l.Summary.Retries)
+			fmt.Fprintf(&b, "- %s: %s\n", l.Level.Label(), retries(l.Summary.Retries))
 		}
 	}
 	for _, c := range Compare(r) {
@@ -252,6 +252,14 @@ func goodput(s Summary, slo SLO) string {
 		return "-"
 	}
 	return strconv.FormatFloat(s.Goodput, 'f', 2, 64)
+}
+
+// retries counts retries in words: "1 retry", "3 retries".
+func retries(n int) string {
+	if n == 1 {
+		return "1 retry"
+	}
+	return strconv.Itoa(n) + " retries"
 }
 
 func failureCounts(s Summary) string {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -235,5 +236,42 @@ func TestRetriesBounded(t *testing.T) {
 	}
 	if _, dropped := srv.counts(); len(dropped) != maxRetries+1 {
 		t.Errorf("server saw %d attempts, want %d", len(dropped), maxRetries+1)
+	}
+}
+
+// TestRetriesReported: retries show in the table, report.md and
+// results.json, not as failures.
+func TestRetriesReported(t *testing.T) {
+	srv := newConnServer(t, dropReused)
+	w := testWorkload()
+	w.Endpoint = EndpointCompletions
+	rep, err := (&Driver{Client: keepAliveClient(t)}).Run(t.Context(), Config{Targets: []Target{{Name: "peer", URL: srv.url()}}, Workload: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One worker, four requests: the second and fourth reuse a
+	// connection that is dropped.
+	var table, md, js strings.Builder
+	if err := WriteTable(&table, rep); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteMarkdown(&md, rep); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteJSON(&js, rep, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ what, text, want string }{
+		{"table", table.String(), "peer c=1: 2 retries on a fresh connection"},
+		{"report.md", md.String(), "- c=1: 2 retries\n"},
+		{"results.json", js.String(), `"retries": 2`},
+		{"results.json", js.String(), `"retries": 1`},
+	} {
+		if !strings.Contains(c.text, c.want) {
+			t.Errorf("%s lacks %q:\n%s", c.what, c.want, c.text)
+		}
+	}
+	if strings.Contains(md.String(), "Failures:") {
+		t.Errorf("report.md lists failures:\n%s", md.String())
 	}
 }
