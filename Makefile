@@ -72,9 +72,10 @@ bench-cpu: setup build
 	go test ./model/llama -run '^$$' -bench BenchmarkSmolLM2 -benchtime 3x
 	PYTHONPATH=$(DEPS)/pyref python3 scripts/bench_llamacpp.py
 
-# Side-by-side serving benchmark: our server, mlx-lm's and llama.cpp's on
-# the default model, on this machine, with the same requests; the report
-# goes to bench/results/<machine>-<date>/. Workload sizes are variables of
+# Side-by-side serving benchmark: our server, mlx-lm's and llama.cpp's
+# llama-server (built from source by scripts/setup_peers.sh) on the default
+# model, on this machine, with the same requests; the report goes to
+# bench/results/<machine>-<date>/. Workload sizes are variables of
 # scripts/sidebyside.sh (e.g. make bench-sidebyside MAX_TOKENS=64).
 .PHONY: bench-sidebyside
 bench-sidebyside: $(DEPS)/smollm2/.ok build

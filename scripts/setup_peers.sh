@@ -2,64 +2,108 @@
 # Install the peers of the side-by-side benchmark into ignored folders:
 #
 #   .deps/py-mlxlm        mlx-lm on the MLX CPU wheel (make mlx-lm)
-#   .deps/pyref           llama-cpp-python, built from source (scripts/setup_pyref.sh)
-#   .deps/py-llamaserver  the packages of llama-cpp-python's [server] extra,
-#                         pinned, so `python3 -m llama_cpp.server` runs with
-#                         PYTHONPATH=.deps/py-llamaserver:.deps/pyref
+#   .deps/llama-server    llama.cpp's own C++ server (continuous batching,
+#                         parallel slots): bin/llama-server, and VERSION
+#                         naming the llama.cpp commit it was built from
 #
-# Idempotent: each part does nothing when its pinned versions import.
+# llama-server is built from source: the llama.cpp tree that
+# llama-cpp-python's sdist vendors (the same pinned release that
+# scripts/setup_pyref.sh builds the reference bindings from), fetched with
+# `pip download`, configured with cmake for the CPU only (Release, the
+# build machine's instruction set, no CURL, no OpenSSL, no downloaded web
+# UI: nothing is fetched at build or run time) and built with ninja, only
+# the llama-server target. On 2 cores this takes 10 to 20 minutes.
+#
+# Idempotent: each part does nothing when its pinned version is in place
+# (for llama-server, a stamp of the version and the build flags, and a
+# binary that answers --version).
 #
 # Environment:
-#   PYTHON   python interpreter (default python3)
+#   PYTHON             python interpreter (default python3)
+#   LLAMA_SERVER_JOBS  parallel compile jobs (default: the number of CPUs)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PY=${PYTHON:-python3}
-SERVER_DIR=$ROOT/.deps/py-llamaserver
+DEST=$ROOT/.deps/llama-server
+JOBS=${LLAMA_SERVER_JOBS:-$(nproc)}
 
 make -s -C "$ROOT" mlx-lm
-bash "$ROOT/scripts/setup_pyref.sh"
 
-# llama-cpp-python 0.3.36's [server] extra and what it pulls in, resolved
-# once and pinned; installed without dependency resolution so the set
-# cannot drift. llama_cpp itself, numpy, jinja2 and diskcache come from
-# .deps/pyref.
-SERVER_PACKAGES=(
-	fastapi==0.165.0
-	starlette==1.10.0
-	uvicorn==0.55.0
-	pydantic==2.14.4
-	pydantic_core==2.50.5
-	pydantic-settings==2.16.3
-	python-dotenv==1.2.4
-	sse-starlette==3.7.1
-	starlette-context==0.3.6
-	PyYAML==6.0.4
-	anyio==4.16.0
-	idna==3.20
-	click==8.5.1
-	h11==0.16.0
-	annotated-doc==0.0.7
-	annotated-types==0.8.0
-	typing-inspection==0.4.5
-	typing_extensions==4.16.0
-	opentelemetry-api==1.45.2
+LLAMA_CPP_PYTHON_VERSION=0.3.36
+CMAKE_FLAGS=(
+	-G Ninja
+	-DCMAKE_BUILD_TYPE=Release
+	-DBUILD_SHARED_LIBS=OFF
+	-DGGML_CUDA=OFF
+	-DGGML_METAL=OFF
+	-DGGML_VULKAN=OFF
+	-DLLAMA_CURL=OFF
+	-DLLAMA_OPENSSL=OFF
+	-DLLAMA_BUILD_UI=OFF
+	-DLLAMA_USE_PREBUILT_UI=OFF
+	-DLLAMA_BUILD_TESTS=OFF
+	-DLLAMA_BUILD_EXAMPLES=OFF
 )
 
 check() {
-	PYTHONPATH="$SERVER_DIR:$ROOT/.deps/pyref" "$PY" -c 'import llama_cpp.server.app, uvicorn' >/dev/null 2>&1
+	"$DEST/bin/llama-server" --version >/dev/null 2>&1
 }
 
-stamp=$(printf '%s\n' "${SERVER_PACKAGES[@]}" | sha256sum | cut -c1-16)
-if [ -f "$SERVER_DIR/.ok" ] && [ "$(cat "$SERVER_DIR/.ok")" = "$stamp" ] && check; then
-	echo "llama-cpp-python server packages already installed in $SERVER_DIR"
+stamp=$(printf '%s\n' "$LLAMA_CPP_PYTHON_VERSION" "${CMAKE_FLAGS[@]}" | sha256sum | cut -c1-16)
+if [ -f "$DEST/.ok" ] && [ "$(cat "$DEST/.ok")" = "$stamp" ] && check; then
+	echo "llama-server already built in $DEST ($(cat "$DEST/VERSION"))"
 	exit 0
 fi
-rm -rf "$SERVER_DIR"
-"$PY" -m pip install --quiet --disable-pip-version-check --no-deps --target "$SERVER_DIR" "${SERVER_PACKAGES[@]}"
+
+for tool in cmake ninja; do
+	command -v "$tool" >/dev/null || {
+		echo "setup_peers: $tool not found (apt-get install cmake ninja-build)" >&2
+		exit 1
+	}
+done
+
+rm -rf "$DEST"
+mkdir -p "$DEST/src"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$PY" -m pip download --quiet --disable-pip-version-check --no-deps \
+	--no-binary llama-cpp-python --dest "$tmp" "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION"
+sdist=$tmp/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz
+[ -f "$sdist" ] || {
+	echo "setup_peers: pip did not fetch $(basename "$sdist")" >&2
+	exit 1
+}
+# The vendored tree and its submodule metadata, so that the commit is
+# known: vendor/llama.cpp/.git points at .git/modules/vendor/llama.cpp.
+top=llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION
+tar -xzf "$sdist" -C "$DEST/src" --strip-components=1 \
+	"$top/vendor/llama.cpp" "$top/.git/modules/vendor/llama.cpp"
+SRC=$DEST/src/vendor/llama.cpp
+commit=$(cat "$DEST/src/.git/modules/vendor/llama.cpp/HEAD")
+[[ $commit =~ ^[0-9a-f]{40}$ ]] || {
+	echo "setup_peers: no llama.cpp commit in the sdist (HEAD: $commit)" >&2
+	exit 1
+}
+
+echo "building llama-server from llama.cpp ${commit:0:12} (llama-cpp-python $LLAMA_CPP_PYTHON_VERSION's vendored tree), $JOBS jobs"
+cmake -S "$SRC" -B "$DEST/build" "${CMAKE_FLAGS[@]}" -DLLAMA_BUILD_COMMIT="${commit:0:12}" >"$DEST/configure.log" 2>&1 || {
+	tail -n 30 "$DEST/configure.log" >&2
+	exit 1
+}
+cmake --build "$DEST/build" --target llama-server -j "$JOBS" >"$DEST/build.log" 2>&1 || {
+	tail -n 30 "$DEST/build.log" >&2
+	exit 1
+}
+mkdir -p "$DEST/bin"
+cp "$DEST/build/bin/llama-server" "$DEST/bin/llama-server"
 if ! check; then
-	echo "llama_cpp.server does not import with $SERVER_DIR" >&2
+	echo "setup_peers: $DEST/bin/llama-server does not run" >&2
 	exit 1
 fi
-echo "$stamp" >"$SERVER_DIR/.ok"
-echo "installed llama-cpp-python server packages in $SERVER_DIR"
+echo "llama.cpp ${commit:0:12} (vendored by llama-cpp-python $LLAMA_CPP_PYTHON_VERSION)" >"$DEST/VERSION"
+# The binary stands alone (static libraries); the tree and objects are
+# only needed to build it again.
+rm -rf "$DEST/src" "$DEST/build"
+echo "$stamp" >"$DEST/.ok"
+echo "built $DEST/bin/llama-server ($(cat "$DEST/VERSION"))"

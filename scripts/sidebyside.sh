@@ -5,10 +5,24 @@
 #   make bench-sidebyside            # installs the peers, builds, runs
 #   bash scripts/sidebyside.sh       # the run alone (peers installed, bin/provider built)
 #
+# The servers, each batching requests continuously:
+#
+#   ours       bin/provider serve, at most MAX_CONCURRENT running requests
+#   mlx-lm     mlx_lm.server on the same MLX CPU backend, its defaults
+#              (it batches up to 32 decodes)
+#   llama.cpp  llama.cpp's own C++ llama-server (scripts/setup_peers.sh
+#              builds it), with MAX_CONCURRENT parallel slots of
+#              LLAMACPP_SLOT_CTX tokens of context each and continuous
+#              batching:
+#                llama-server -m MODEL --host 127.0.0.1 --port P -t THREADS
+#                  -np MAX_CONCURRENT -c MAX_CONCURRENT*LLAMACPP_SLOT_CTX
+#                  --cont-batching
+#
 # The default model (a GGUF file) is converted exactly with
 # `provider convert` for mlx-lm, which reads only HF/MLX directories; ours
 # and llama.cpp read the GGUF file itself. Each server starts on a loopback
-# port and must answer GET /v1/models within START_TIMEOUT seconds; one
+# port and must answer GET /v1/models (llama.cpp: GET /health, which
+# waits for the model) within START_TIMEOUT seconds; one
 # that does not is reported in the report and left out (ours failing is
 # fatal: it is the base of every ratio). Each workload is then one
 # `provider bench` invocation against every server that started, so ratios
@@ -18,6 +32,12 @@
 #   poisson        open loop, Poisson arrivals at POISSON_RATE req/s
 #   shared-prefix  closed loop at SHARED_CONCURRENCY, prompts sharing
 #                  SHARED_PREFIXES prefixes of SHARED_PREFIX_TOKENS
+#
+# Every workload draws prompts that no server has seen: bench derives
+# each level's prompts from the seed, the prompt set and the level, so
+# the sweep, the Poisson run and the shared-prefix run (and their
+# warm-ups) share none, and llama.cpp's prompt cache cannot stand in for
+# its prefill. Every server gets the same prompts.
 #
 # Results go to OUT (default bench/results/<machine>-<date>): README.md
 # (machine, versions, server commands, every ratio table), and per
@@ -57,14 +77,16 @@ REQUEST_TIMEOUT=${REQUEST_TIMEOUT:-15m}
 START_TIMEOUT=${START_TIMEOUT:-300}
 PORT_BASE=${PORT_BASE:-18400}
 THREADS=${THREADS:-$(nproc)}
-# Our engine's running-request cap (its maximum); mlx-lm and llama.cpp keep
-# their own defaults (mlx-lm batches up to 32 decodes, llama.cpp's Python
-# server runs one request at a time), except that llama.cpp's must queue a
-# request rather than abort the one streaming when another arrives. Extra
-# flags per server:
-OURS_ARGS=${OURS_ARGS:---max-concurrent 8}
+# Our engine's running-request cap (its maximum), and llama.cpp's number
+# of parallel slots, so that both run as many requests at once; each slot
+# has LLAMACPP_SLOT_CTX tokens of context. mlx-lm keeps its own default.
+MAX_CONCURRENT=${MAX_CONCURRENT:-8}
+LLAMACPP_SLOT_CTX=${LLAMACPP_SLOT_CTX:-2048}
+LLAMA_SERVER=${LLAMA_SERVER:-.deps/llama-server/bin/llama-server}
+# Extra flags per server:
+OURS_ARGS=${OURS_ARGS:-}
 MLXLM_ARGS=${MLXLM_ARGS:-}
-LLAMACPP_ARGS=${LLAMACPP_ARGS:---n_ctx 4096 --interrupt_requests false}
+LLAMACPP_ARGS=${LLAMACPP_ARGS:-}
 MACHINE=${MACHINE:-$(uname -s | tr '[:upper:]' '[:lower:]')-$(uname -m)-$(nproc)cpu}
 OUT=${OUT:-bench/results/$MACHINE-$(date +%Y-%m-%d)}
 PROVIDER=${PROVIDER:-bin/provider}
@@ -73,6 +95,9 @@ PY=${PYTHON:-python3}
 die() { echo "sidebyside: $*" >&2; exit 1; }
 [ -x "$PROVIDER" ] || die "$PROVIDER missing (make build)"
 [ -f "$MODEL" ] || die "model $MODEL missing (make setup)"
+if [[ ",$TARGETS," == *",llama.cpp,"* ]] && [ ! -x "$LLAMA_SERVER" ]; then
+	die "$LLAMA_SERVER missing (bash scripts/setup_peers.sh)"
+fi
 if [ -e "$OUT" ]; then
 	OUT=$OUT-$(date +%H%M%S)
 fi
@@ -81,7 +106,7 @@ NAME=$(basename "$MODEL" .gguf)
 WORK=$ROOT/.deps/sidebyside
 START=$(date +%s)
 
-declare -A PID=() URL=() CMD=() FAILED=()
+declare -A PID=() URL=() READY=() CMD=() FAILED=()
 stop_servers() {
 	local name pid
 	for name in "${!PID[@]}"; do
@@ -122,11 +147,12 @@ mkdir -p "$WORK"
 "$PROVIDER" convert --model "$MODEL" --out "$WORK/$NAME"
 
 port=$PORT_BASE
-start_server() { # name, then the command
-	local name=$1
-	shift
+start_server() { # name, readiness path, then the command
+	local name=$1 ready=$2
+	shift 2
 	CMD[$name]="$*"
 	URL[$name]=http://127.0.0.1:$port
+	READY[$name]=$ready
 	"$@" >"$OUT/logs/$name.log" 2>&1 &
 	PID[$name]=$!
 	port=$((port + 1))
@@ -136,24 +162,24 @@ for t in "${wanted[@]}"; do
 	case $t in
 	ours)
 		# shellcheck disable=SC2086
-		start_server ours "$PROVIDER" serve --model "$MODEL" --addr "127.0.0.1:$port" $OURS_ARGS
+		start_server ours /v1/models "$PROVIDER" serve --model "$MODEL" --addr "127.0.0.1:$port" \
+			--max-concurrent "$MAX_CONCURRENT" $OURS_ARGS
 		;;
 	mlx-lm)
 		# shellcheck disable=SC2086
-		start_server mlx-lm env -C "$WORK" PYTHONPATH="$ROOT/.deps/py-mlxlm" \
+		start_server mlx-lm /v1/models env -C "$WORK" PYTHONPATH="$ROOT/.deps/py-mlxlm" \
 			"$PY" -m mlx_lm server --model "$NAME" --host 127.0.0.1 --port "$port" $MLXLM_ARGS
 		;;
 	llama.cpp)
 		# shellcheck disable=SC2086
-		start_server llama.cpp env PYTHONPATH="$ROOT/.deps/py-llamaserver:$ROOT/.deps/pyref" \
-			"$PY" -m llama_cpp.server --model "$(realpath "$MODEL")" --host 127.0.0.1 --port "$port" \
-			--n_threads "$THREADS" --n_threads_batch "$THREADS" $LLAMACPP_ARGS
+		start_server llama.cpp /health "$LLAMA_SERVER" -m "$MODEL" --host 127.0.0.1 --port "$port" \
+			-t "$THREADS" -np "$MAX_CONCURRENT" -c $((MAX_CONCURRENT * LLAMACPP_SLOT_CTX)) --cont-batching $LLAMACPP_ARGS
 		;;
 	*) die "unknown target $t (ours, mlx-lm, llama.cpp)" ;;
 	esac
 done
 
-# Wait for every server at once: ready when GET /v1/models answers 200,
+# Wait for every server at once: ready when its readiness path answers 200,
 # failed when the process exits or START_TIMEOUT passes.
 declare -a ready=()
 deadline=$(($(date +%s) + START_TIMEOUT))
@@ -161,13 +187,13 @@ pending=("${wanted[@]}")
 while [ ${#pending[@]} -gt 0 ]; do
 	left=()
 	for t in "${pending[@]}"; do
-		if curl -sf -o /dev/null --max-time 5 "${URL[$t]}/v1/models"; then
+		if curl -sf -o /dev/null --max-time 5 "${URL[$t]}${READY[$t]}"; then
 			echo "== $t ready at ${URL[$t]} after $(($(date +%s) - START))s"
 			ready+=("$t")
 		elif ! kill -0 "${PID[$t]}" 2>/dev/null; then
 			FAILED[$t]="exited before it answered (see logs/$t.log: $(tail -n 1 "$OUT/logs/$t.log" | cut -c1-200))"
 		elif [ "$(date +%s)" -ge "$deadline" ]; then
-			FAILED[$t]="did not answer GET /v1/models within ${START_TIMEOUT}s (see logs/$t.log)"
+			FAILED[$t]="did not answer GET ${READY[$t]} within ${START_TIMEOUT}s (see logs/$t.log)"
 		else
 			left+=("$t")
 		fi
@@ -217,6 +243,13 @@ ELAPSED=$(($(date +%s) - START))
 stop_servers
 PID=()
 
+note() { # what a server's flags mean for the comparison
+	case $1 in
+	ours) echo " (at most $MAX_CONCURRENT running requests)" ;;
+	mlx-lm) echo " (its defaults: up to 32 decodes batched)" ;;
+	llama.cpp) echo " ($MAX_CONCURRENT parallel slots, as many as our --max-concurrent, of $LLAMACPP_SLOT_CTX tokens each, continuous batching)" ;;
+	esac
+}
 version() { PYTHONPATH=$1 "$PY" -c "import importlib.metadata as m; print(m.version('$2'))" 2>/dev/null || echo unknown; }
 {
 	echo "# Side by side: ${names[*]}"
@@ -224,7 +257,7 @@ version() { PYTHONPATH=$1 "$PY" -c "import importlib.metadata as m; print(m.vers
 	echo "- model: \`$NAME\` (ours and llama.cpp read the GGUF file; mlx-lm reads its exact \`provider convert\` conversion)"
 	echo "- machine: $MACHINE, $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1), $(nproc) CPUs, $(free -g | awk '/^Mem:/ {print $2}') GiB"
 	echo "- date: $(date -u +%Y-%m-%dT%H:%MZ), total run ${ELAPSED}s"
-	echo "- versions: provider $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo '+changes'), mlx-lm $(version .deps/py-mlxlm mlx-lm), mlx $(version .deps/py-mlxlm mlx), llama-cpp-python $(version .deps/pyref llama_cpp_python)"
+	echo "- versions: provider $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo '+changes'), mlx-lm $(version .deps/py-mlxlm mlx-lm), mlx $(version .deps/py-mlxlm mlx), llama-server: $(cat "$(dirname "$LLAMA_SERVER")/../VERSION" 2>/dev/null || echo unknown)"
 	echo "- workloads: endpoint $ENDPOINT, max_tokens $MAX_TOKENS, warmup $WARMUP per target, seed $SEED, request timeout $REQUEST_TIMEOUT"
 	echo "  - sweep: closed loop, concurrency $CONCURRENCY, $SWEEP_REQUESTS requests per level, random prompts of ~$PROMPT_TOKENS tokens"
 	echo "  - poisson: open loop at $POISSON_RATE req/s, $POISSON_REQUESTS requests, random prompts of ~$PROMPT_TOKENS tokens"
@@ -236,7 +269,7 @@ version() { PYTHONPATH=$1 "$PY" -c "import importlib.metadata as m; print(m.vers
 		if [ -n "${FAILED[$t]:-}" ]; then
 			echo "- $t: **failed to start**: ${FAILED[$t]}"
 		else
-			echo "- $t: \`${CMD[$t]//$ROOT\//}\`"
+			echo "- $t: \`${CMD[$t]//$ROOT\//}\`$(note "$t")"
 		fi
 	done
 	for w in sweep poisson shared-prefix; do
