@@ -21,6 +21,8 @@ type Generation struct {
 	// that many alternatives; negative asks for none.
 	TopLogprobs int
 	Priority    int
+	// IgnoreEOS generates past end-of-sequence tokens until MaxTokens.
+	IgnoreEOS bool
 }
 
 // EventKind tells the three kinds of Event apart.

@@ -491,7 +491,7 @@ func (e *Engine) tick() bool {
 		p := picks[next]
 		next++
 		l.seq = append(l.seq, p.tok)
-		if eos[p.tok] {
+		if eos[p.tok] && !l.gen.IgnoreEOS {
 			res.Stopped = append(res.Stopped, l.gen.ID)
 			continue
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 
@@ -196,5 +197,38 @@ func TestErrAfterShutdown(t *testing.T) {
 	e.Shutdown(context.Background())
 	if err := e.Err(); !errors.Is(err, engine.ErrShutdown) {
 		t.Fatalf("Err after shutdown: %v", err)
+	}
+}
+
+// TestIgnoreEOS: a generation that stops at an end-of-sequence token runs
+// on past it, with the same tokens up to it, when it asks to ignore EOS.
+func TestIgnoreEOS(t *testing.T) {
+	e, m := enginetest.Start(t, enginetest.SmolLM2(), engine.Options{})
+	// An instruct model's answer ends at its end-of-turn token.
+	p := m.Tokenizer.Encode("<|im_start|>user\nSay hi.<|im_end|>\n<|im_start|>assistant\n", tokenizer.EncodeOptions{ParseSpecial: true})
+	ch, err := e.Submit(context.Background(), engine.Generation{ID: "stops", Prompt: p, MaxTokens: 200, TopLogprobs: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := collect(ch)
+	if stopped.last.Reason != engine.FinishStop {
+		t.Fatalf("the plain run ended with %+v, want a stop at EOS", stopped.last)
+	}
+	n := len(stopped.tokens) + 20
+	ch, err = e.Submit(context.Background(), engine.Generation{ID: "runs on", Prompt: p, MaxTokens: n, TopLogprobs: -1, IgnoreEOS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	on := collect(ch)
+	if on.last.Reason != engine.FinishLength || len(on.tokens) != n {
+		t.Fatalf("ignoring EOS: %d tokens ending %+v, want %d ending with length", len(on.tokens), on.last, n)
+	}
+	for i, tok := range stopped.tokens {
+		if on.tokens[i] != tok {
+			t.Fatalf("token %d: %d ignoring EOS, %d without", i, on.tokens[i], tok)
+		}
+	}
+	if !slices.Contains(m.Config.EOS, on.tokens[len(stopped.tokens)]) {
+		t.Fatalf("token %d is %d, not an EOS token %v", len(stopped.tokens), on.tokens[len(stopped.tokens)], m.Config.EOS)
 	}
 }

@@ -78,6 +78,7 @@ func (Admit) Apply(_ context.Context, req *Request) error {
 		MaxTokens:   maxTokens,
 		Sampling:    p.Sampling,
 		TopLogprobs: top,
+		IgnoreEOS:   p.IgnoreEOS,
 	}
 	return nil
 }

@@ -156,8 +156,12 @@ type heldLogprob struct {
 
 func newDetok(req *Request) *detok {
 	m := req.Model
-	eos := slices.Clone(m.EOS)
-	slices.Sort(eos)
+	var eos []int32
+	if !req.Params.IgnoreEOS {
+		// With ignore_eos an end-of-sequence token is one more token.
+		eos = slices.Clone(m.EOS)
+		slices.Sort(eos)
+	}
 	return &detok{
 		tok:      m.Tokenizer,
 		parser:   outputParser(req),

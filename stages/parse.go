@@ -52,6 +52,7 @@ func (Parse) Name() string { return "parse" }
 var commonKeys = []string{
 	"model", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "logprobs",
 	"stream", "stream_options", "n", "user", "frequency_penalty", "presence_penalty", "logit_bias",
+	"ignore_eos",
 }
 
 var (
@@ -234,6 +235,9 @@ func parseCommon(f fields, p *Params) error {
 		return err
 	}
 	if _, err := get(f, "stream", &p.Stream); err != nil {
+		return err
+	}
+	if _, err := get(f, "ignore_eos", &p.IgnoreEOS); err != nil {
 		return err
 	}
 	if raw, ok := f["stream_options"]; ok && !isNull(raw) {

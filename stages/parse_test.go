@@ -149,6 +149,11 @@ func TestParseAccepts(t *testing.T) {
 			Params{Model: "stories", Prompt: "Once", MaxTokensSet: true, Sampling: sample.Params{TopP: 1, Seed: &minusOne}, Stop: []string{"a", "b"}, Logprobs: true, TopLogprobs: 2},
 		},
 		{
+			"ignore_eos", Completion,
+			`{"model":"stories","prompt":"Once","ignore_eos":true}`,
+			Params{Model: "stories", Prompt: "Once", Sampling: sample.Params{TopP: 1}, IgnoreEOS: true},
+		},
+		{
 			"token completion", Completion,
 			`{"model":"stories","prompt":[[1,403,407]]}`,
 			Params{Model: "stories", PromptTokens: []int32{1, 403, 407}, PromptIsTokens: true, Sampling: sample.Params{TopP: 1}},

@@ -100,7 +100,11 @@ type Params struct {
 	TopLogprobs  int
 	Stream       bool
 	IncludeUsage bool
-	User         string
+	// IgnoreEOS keeps generating past the model's end-of-sequence tokens
+	// until MaxTokens or a stop string (ignore_eos, as vLLM and llama.cpp
+	// accept it: benchmarks use it to fix output lengths).
+	IgnoreEOS bool
+	User      string
 	// ReasoningEffort is the chat request's reasoning_effort ("low",
 	// "medium", "high"; "" when absent), passed to the chat template.
 	ReasoningEffort string

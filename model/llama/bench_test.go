@@ -1,6 +1,7 @@
 package llama
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -46,4 +47,42 @@ func BenchmarkSmolLM2(b *testing.B) {
 	}
 	b.ReportMetric(float64(promptLen*b.N)/prefill.Seconds(), "prefill-tok/s")
 	b.ReportMetric(float64(decode*b.N)/dec.Seconds(), "decode-tok/s")
+}
+
+// BenchmarkSmolLM2DecodeStep times one decode step of rows sequences that
+// each hold a 128-token prompt: the engine's step at that batch size.
+func BenchmarkSmolLM2DecodeStep(b *testing.B) {
+	l := load(b, smolPath)
+	for _, rows := range []int{1, 8, 32} {
+		b.Run(fmt.Sprint("rows", rows), func(b *testing.B) {
+			l.th.Do(func() {
+				seqs := make([]*kvpool.Seq, rows)
+				prompts := make([][]int32, rows)
+				next := make([][]int32, rows)
+				for i := range seqs {
+					seqs[i] = l.st.NewSeq()
+					defer seqs[i].Free()
+					prompts[i] = make([]int32, 128)
+					for j := range prompts[i] {
+						prompts[i][j] = int32(1000 + (i*131+j*37)%8000)
+					}
+					next[i] = []int32{int32(2000 + i)}
+				}
+				f := mlx.NewFrame(l.s)
+				l.st.Forward(f, prompts, seqs)
+				f.Free()
+				b.ResetTimer()
+				for range b.N {
+					f := mlx.NewFrame(l.s)
+					l.st.Forward(f, next, seqs)
+					if f.Err() != nil {
+						b.Fatal(f.Err())
+					}
+					f.Free()
+				}
+				b.StopTimer()
+			})
+			b.ReportMetric(float64(rows*b.N)/b.Elapsed().Seconds(), "tok/s")
+		})
+	}
 }
