@@ -43,11 +43,20 @@ type groupStep struct {
 	// Fused kernel: block tables [R, MB], (row, position) of each token
 	// [N, 2].
 	table, meta mlx.Array
-	// MLX ops: key gather [R*L], query gather [R*Tq] and output gather [N]
-	// (both skipped when identity), mask [R, 1, Tq, L].
-	gather, qIdx, oIdx, mask mlx.Array
-	L, Tq                    int
-	identity                 bool
+	// MLX ops: one padded attention per part (decode rows, prefill rows),
+	// and where each token's output sits in the parts' concatenated
+	// outputs, [N] (invalid when that is the identity).
+	parts []opsPart
+	oIdx  mlx.Array
+}
+
+// opsPart is one padded attention call of the MLX-ops path: R rows of at
+// most Tq queries over at most L keys (L a whole number of blocks, so
+// shapes change rarely), key gather [R*L], query gather [R*Tq], mask [R,
+// 1, Tq, L].
+type opsPart struct {
+	R, Tq, L           int
+	gather, qIdx, mask mlx.Array
 }
 
 // Begin reserves the blocks rows need and lays out the step on f. On an
@@ -143,7 +152,7 @@ func (b *Batch) step(gi int) *groupStep {
 	}
 	gs := &groupStep{}
 	b.g[gi] = gs
-	f, g, N, R := b.f, b.p.groups[gi], len(b.Tokens), len(b.rows)
+	f, N, R := b.f, len(b.Tokens), len(b.rows)
 	slots := make([]int32, N)
 	for i := range slots {
 		slots[i] = b.rows[b.rowOf[i]].Seq.slot(gi, int(b.Positions[i]))
@@ -168,52 +177,85 @@ func (b *Batch) step(gi int) *groupStep {
 		gs.table, gs.meta = f.Int32s(table, R, mb), f.Int32s(meta, N, 2)
 		return gs
 	}
+	// Decode rows form one part and prefill rows another, so a long chunk
+	// does not pad every decode row to its length.
+	var decode, prefill []int
 	for r, row := range b.rows {
-		lo, hi := b.keyRange(r, g.window)
-		gs.L = max(gs.L, hi-lo+1)
-		gs.Tq = max(gs.Tq, len(row.Tokens))
+		if len(row.Tokens) == 1 {
+			decode = append(decode, r)
+		} else {
+			prefill = append(prefill, r)
+		}
 	}
-	L, Tq := gs.L, gs.Tq
-	gs.identity = Tq == 1
+	oIdx := make([]int32, N)
+	base := 0
+	for _, rows := range [][]int{decode, prefill} {
+		if len(rows) == 0 {
+			continue
+		}
+		part := b.opsPart(gi, rows)
+		for j, r := range rows {
+			for t := range b.rows[r].Tokens {
+				oIdx[b.start[r]+t] = int32(base + j*part.Tq + t)
+			}
+		}
+		base += part.R * part.Tq
+		gs.parts = append(gs.parts, part)
+	}
+	identity := base == N
+	for i, o := range oIdx {
+		identity = identity && int(o) == i
+	}
+	if !identity {
+		gs.oIdx = f.Int32s(oIdx, N)
+	}
+	return gs
+}
+
+// opsPart lays out one padded attention over rows of group gi.
+func (b *Batch) opsPart(gi int, rows []int) opsPart {
+	f, g := b.f, b.p.groups[gi]
+	part := opsPart{R: len(rows)}
+	for _, r := range rows {
+		lo, hi := b.keyRange(r, g.window)
+		part.L = max(part.L, hi-lo+1)
+		part.Tq = max(part.Tq, len(b.rows[r].Tokens))
+	}
+	part.L = (part.L + BlockTokens - 1) / BlockTokens * BlockTokens
+	R, L, Tq := part.R, part.L, part.Tq
 	gather := make([]int32, R*L)
 	qIdx := make([]int32, R*Tq)
 	mask := make([]bool, R*Tq*L)
-	for r, row := range b.rows {
-		s := row.Seq
+	for j, r := range rows {
+		s := b.rows[r].Seq
+		n := len(b.rows[r].Tokens)
 		lo, hi := b.keyRange(r, g.window)
-		for j := range L {
+		for k := range L {
 			pos := lo
-			if lo+j <= hi {
-				pos = lo + j
+			if lo+k <= hi {
+				pos = lo + k
 			}
-			gather[r*L+j] = s.slot(gi, pos)
+			gather[j*L+k] = s.slot(gi, pos)
 		}
 		for t := range Tq {
-			if t >= len(row.Tokens) {
+			if t >= n {
 				// A padding query sees one key, so its softmax stays finite.
-				qIdx[r*Tq+t] = int32(b.start[r])
-				mask[(r*Tq+t)*L] = true
+				qIdx[j*Tq+t] = int32(b.start[r])
+				mask[(j*Tq+t)*L] = true
 				continue
 			}
-			qIdx[r*Tq+t] = int32(b.start[r] + t)
+			qIdx[j*Tq+t] = int32(b.start[r] + t)
 			p := s.n + t
-			for j := range L {
-				kp := lo + j
-				mask[(r*Tq+t)*L+j] = kp <= p && (g.window == 0 || p-kp < g.window)
+			for k := range L {
+				kp := lo + k
+				mask[(j*Tq+t)*L+k] = kp <= p && (g.window == 0 || p-kp < g.window)
 			}
 		}
 	}
-	gs.gather = f.Int32s(gather, R*L)
-	gs.mask = f.Reshape(f.Greater(f.Int32s(boolInts(mask), R*Tq*L), f.ScalarInt(0)), R, 1, Tq, L)
-	if !gs.identity {
-		oIdx := make([]int32, N)
-		for i := range N {
-			r := int(b.rowOf[i])
-			oIdx[i] = int32(r*Tq + i - b.start[r])
-		}
-		gs.qIdx, gs.oIdx = f.Int32s(qIdx, R*Tq), f.Int32s(oIdx, N)
-	}
-	return gs
+	part.gather = f.Int32s(gather, R*L)
+	part.qIdx = f.Int32s(qIdx, R*Tq)
+	part.mask = f.Reshape(f.Greater(f.Int32s(boolInts(mask), R*Tq*L), f.ScalarInt(0)), R, 1, Tq, L)
+	return part
 }
 
 func boolInts(m []bool) []int32 {
@@ -251,19 +293,22 @@ func (b *Batch) Attend(li int, q, k, v mlx.Array, scale float32, sinks mlx.Array
 		b.store(src, gs, k, v)
 	}
 	l := p.layers[src]
-	R, H, D := len(b.rows), q.Dim(1), q.Dim(2)
-	keys := func(pool mlx.Array) mlx.Array {
-		x := f.Reshape(f.Take(pool, gs.gather, 0), R, gs.L, l.KVHeads, l.HeadDim)
-		return f.Transpose(x, 0, 2, 1, 3)
+	H, D := q.Dim(1), q.Dim(2)
+	outs := make([]mlx.Array, len(gs.parts))
+	for i, part := range gs.parts {
+		keys := func(pool mlx.Array) mlx.Array {
+			x := f.Reshape(f.Take(pool, part.gather, 0), part.R, part.L, l.KVHeads, l.HeadDim)
+			return f.Transpose(x, 0, 2, 1, 3)
+		}
+		qq := f.Transpose(f.Reshape(f.Take(q, part.qIdx, 0), part.R, part.Tq, H, D), 0, 2, 1, 3)
+		o := f.Attention(qq, keys(p.k[src]), keys(p.v[src]), scale, "array", part.mask, sinks)
+		outs[i] = f.Reshape(f.Transpose(o, 0, 2, 1, 3), part.R*part.Tq, H, D)
 	}
-	qq := q
-	if !gs.identity {
-		qq = f.Take(q, gs.qIdx, 0)
+	o := outs[0]
+	if len(outs) > 1 {
+		o = f.Concatenate(0, outs...)
 	}
-	qq = f.Transpose(f.Reshape(qq, R, gs.Tq, H, D), 0, 2, 1, 3)
-	o := f.Attention(qq, keys(p.k[src]), keys(p.v[src]), scale, "array", gs.mask, sinks)
-	o = f.Reshape(f.Transpose(o, 0, 2, 1, 3), R*gs.Tq, H, D)
-	if !gs.identity {
+	if gs.oIdx.Valid() {
 		o = f.Take(o, gs.oIdx, 0)
 	}
 	return o

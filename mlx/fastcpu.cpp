@@ -34,8 +34,26 @@
 #define PROVIDER_X86 1
 #endif
 
+#include <malloc.h>
+
 #include "fastcpu.h"
 #include "hostop.h"
+
+// MLX's CPU backend allocates every array with malloc and frees it when the
+// array dies. glibc serves large blocks (the activations of a step: tens of
+// kilobytes to megabytes) with fresh mappings that the kernel must zero on
+// first touch, which measured at a quarter of a batched decode step. Keep
+// them in the heap instead: freed blocks are reused by the next step.
+// (32 MiB is the largest mmap threshold glibc accepts on 64-bit.) One
+// arena: a thread arena is a chain of 64 MiB heaps, and one that empties is
+// unmapped whatever the trim threshold, so a step's worth of activations
+// freed on MLX's worker thread came back as fresh pages the next step.
+static const int provider_malloc_tuned = [] {
+  mallopt(M_ARENA_MAX, 1);
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  return 0;
+}();
 
 namespace mx = mlx::core;
 using provider_host::arr;
@@ -371,6 +389,161 @@ PROVIDER_AVX2 void rows_many(const Job& j, int n0, int n1, float* buf, float* fs
   }
 }
 
+// The AVX-512 path for more than four activation rows: the same floats as
+// rows_many (weights unpacked by unpack16 into a buffer, one 16-lane
+// accumulator per output, which is rows_many's pair of 8-lane accumulators
+// side by side, reduced in hsum's order), computed in register tiles of
+// NW weight rows by MR activation rows, so every weight and activation load
+// feeds several FMAs.
+#define PROVIDER_AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
+
+PROVIDER_AVX512 inline float hsum512(__m512 a) {
+  return hsum(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+}
+
+template <int NW, int MR>
+PROVIDER_AVX512 void tile512(const Job& j, const float* wb, int n, int r0) {
+  __m512 acc[NW][MR];
+  for (int i = 0; i < NW; i++) {
+    for (int r = 0; r < MR; r++) {
+      acc[i][r] = _mm512_setzero_ps();
+    }
+  }
+  const float* x0 = j.x + static_cast<size_t>(r0) * j.k;
+  for (int e = 0; e < j.k; e += 16) {
+    __m512 xv[MR];
+    for (int r = 0; r < MR; r++) {
+      xv[r] = _mm512_loadu_ps(x0 + static_cast<size_t>(r) * j.k + e);
+    }
+    for (int i = 0; i < NW; i++) {
+      const __m512 w = _mm512_loadu_ps(wb + static_cast<size_t>(i) * j.k + e);
+      for (int r = 0; r < MR; r++) {
+        acc[i][r] = _mm512_fmadd_ps(w, xv[r], acc[i][r]);
+      }
+    }
+  }
+  for (int i = 0; i < NW; i++) {
+    for (int r = 0; r < MR; r++) {
+      j.out[static_cast<size_t>(r0 + r) * j.n + n + i] = hsum512(acc[i][r]);
+    }
+  }
+}
+
+// unpack16_512 is unpack16 in one 16-lane register: lanes 0-7 are w0's,
+// lanes 8-15 w1's, each computed by the same operations.
+template <int BITS>
+PROVIDER_AVX512 inline __m512 unpack16_512(const uint32_t* row, int e, __m512 s, __m512 b) {
+  if constexpr (BITS == 4) {
+    const __m512i shifts = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
+    const __m512i pick = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    uint64_t two;
+    std::memcpy(&two, row + e / 8, 8);
+    const __m512i v = _mm512_permutexvar_epi32(pick, _mm512_castsi128_si512(_mm_cvtsi64_si128(static_cast<long long>(two))));
+    const __m512i q = _mm512_and_si512(_mm512_srlv_epi32(v, shifts), _mm512_set1_epi32(0xF));
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), s, b);
+  } else {
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint8_t*>(row) + e));
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q)), s, b);
+  }
+}
+
+// direct512 is direct with 16-lane registers: the same floats.
+template <int BITS, int M>
+PROVIDER_AVX512 void direct512(const Job& j, const uint32_t* row, const float* fs, const float* fb, int n) {
+  __m512 acc[M];
+  for (int r = 0; r < M; r++) {
+    acc[r] = _mm512_setzero_ps();
+  }
+  for (int e = 0; e < j.k; e += 16) {
+    const int g = e / j.group;
+    const __m512 w = unpack16_512<BITS>(row, e, _mm512_set1_ps(fs[g]), _mm512_set1_ps(fb[g]));
+    for (int r = 0; r < M; r++) {
+      acc[r] = _mm512_fmadd_ps(w, _mm512_loadu_ps(j.x + static_cast<size_t>(r) * j.k + e), acc[r]);
+    }
+  }
+  for (int r = 0; r < M; r++) {
+    j.out[static_cast<size_t>(r) * j.n + n] = hsum512(acc[r]);
+  }
+}
+
+// rows512 is rows_avx2 with direct512.
+template <typename S, int BITS>
+PROVIDER_AVX512 void rows512(const Job& j, int n0, int n1, float* fs, float* fb) {
+  const int words = j.k * BITS / 32;
+  const int groups = j.k / j.group;
+  const S* sc = static_cast<const S*>(j.scales);
+  const S* bi = static_cast<const S*>(j.biases);
+  for (int n = n0; n < n1; n++) {
+    const uint32_t* row = j.w + static_cast<size_t>(n) * words;
+    group_params<S>(sc + static_cast<size_t>(n) * groups, bi + static_cast<size_t>(n) * groups, groups, fs, fb);
+    switch (j.m) {
+      case 1: direct512<BITS, 1>(j, row, fs, fb, n); continue;
+      case 2: direct512<BITS, 2>(j, row, fs, fb, n); continue;
+      case 3: direct512<BITS, 3>(j, row, fs, fb, n); continue;
+      case 4: direct512<BITS, 4>(j, row, fs, fb, n); continue;
+    }
+  }
+}
+
+template <int NW>
+PROVIDER_AVX512 void tile512_rows(int mr, const Job& j, const float* wb, int n, int r0) {
+  switch (mr) {
+    case 1: tile512<NW, 1>(j, wb, n, r0); break;
+    case 2: tile512<NW, 2>(j, wb, n, r0); break;
+    case 3: tile512<NW, 3>(j, wb, n, r0); break;
+    case 4: tile512<NW, 4>(j, wb, n, r0); break;
+    case 5: tile512<NW, 5>(j, wb, n, r0); break;
+    default: tile512<NW, 6>(j, wb, n, r0); break;
+  }
+}
+
+// rows_many512 computes output rows [n0, n1) for more than four activation
+// rows with AVX-512 tiles of 4 weight rows by 6 activation rows.
+template <typename S, int BITS>
+PROVIDER_AVX512 void rows_many512(const Job& j, int n0, int n1, float* buf, float* fs, float* fb) {
+  const int words = j.k * BITS / 32;
+  const int groups = j.k / j.group;
+  const S* sc = static_cast<const S*>(j.scales);
+  const S* bi = static_cast<const S*>(j.biases);
+  for (int n = n0; n < n1; n++) {
+    const uint32_t* row = j.w + static_cast<size_t>(n) * words;
+    float* wb = buf + static_cast<size_t>(n - n0) * j.k;
+    group_params<S>(sc + static_cast<size_t>(n) * groups, bi + static_cast<size_t>(n) * groups, groups, fs, fb);
+    for (int e = 0; e < j.k; e += 16) {
+      const int g = e / j.group;
+      __m256 w0, w1;
+      unpack16<BITS>(row, e, _mm256_set1_ps(fs[g]), _mm256_set1_ps(fb[g]), w0, w1);
+      _mm256_storeu_ps(wb + e, w0);
+      _mm256_storeu_ps(wb + e + 8, w1);
+    }
+  }
+  constexpr int MR = 6, NW = 4;
+  for (int r0 = 0; r0 < j.m; r0 += MR) {
+    const int mr = std::min(MR, j.m - r0);
+    for (int n = n0; n < n1; n += NW) {
+      const float* wb = buf + static_cast<size_t>(n - n0) * j.k;
+      switch (std::min(NW, n1 - n)) {
+        case 1: tile512_rows<1>(mr, j, wb, n, r0); break;
+        case 2: tile512_rows<2>(mr, j, wb, n, r0); break;
+        case 3: tile512_rows<3>(mr, j, wb, n, r0); break;
+        default: tile512_rows<4>(mr, j, wb, n, r0); break;
+      }
+    }
+  }
+}
+
+bool have_avx512() {
+  static const bool ok = [] {
+    const char* env = std::getenv("PROVIDER_CPU_AVX512");
+    if (env != nullptr && std::strcmp(env, "0") == 0) {
+      return false;
+    }
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+  }();
+  return ok;
+}
+
 bool have_avx2() {
   static const bool ok =
       __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
@@ -435,8 +608,13 @@ void run_job(const Job& j) {
     const int n1 = std::min(j.n, n0 + chunk);
 #if PROVIDER_X86
     if (have_avx2()) {
-      if (j.m <= 4) {
+      if (j.m <= 4 && have_avx512()) {
+        j.bits == 4 ? rows512<S, 4>(j, n0, n1, fs.data(), fb.data()) : rows512<S, 8>(j, n0, n1, fs.data(), fb.data());
+      } else if (j.m <= 4) {
         j.bits == 4 ? rows_avx2<S, 4>(j, n0, n1, fs.data(), fb.data()) : rows_avx2<S, 8>(j, n0, n1, fs.data(), fb.data());
+      } else if (have_avx512()) {
+        j.bits == 4 ? rows_many512<S, 4>(j, n0, n1, buf.data(), fs.data(), fb.data())
+                    : rows_many512<S, 8>(j, n0, n1, buf.data(), fs.data(), fb.data());
       } else {
         j.bits == 4 ? rows_many<S, 4>(j, n0, n1, buf.data(), fs.data(), fb.data())
                     : rows_many<S, 8>(j, n0, n1, buf.data(), fs.data(), fb.data());

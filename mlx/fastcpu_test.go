@@ -4,6 +4,10 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -83,24 +87,30 @@ func TestAffineLinearBatchInvariant(t *testing.T) {
 		rng := rand.New(rand.NewPCG(3, 4))
 		f := NewFrame(s)
 		defer f.Free()
-		const n, k, rows = 53, 160, 11
-		w, sc, bi := quantized(f, rng, n, k, 32, 4, Float16)
-		x := randomRows(f, rng, rows, k)
-		alone := make([][]float32, rows)
-		for r := range rows {
-			alone[r] = f.ToFloat32s(f.AffineLinear(f.Slice(x, []int{r, 0}, []int{r + 1, k}), w, sc, bi, 32, 4))
-		}
-		for _, threads := range []int{1, 2, 3} {
-			SetCPUThreads(threads)
-			for m := 1; m <= rows; m++ {
-				got := f.ToFloat32s(f.AffineLinear(f.Slice(x, []int{0, 0}, []int{m, k}), w, sc, bi, 32, 4))
-				if err := f.Err(); err != nil {
-					t.Fatal(err)
-				}
-				for r := range m {
-					for j := range n {
-						if got[r*n+j] != alone[r][j] {
-							t.Fatalf("threads %d, batch %d: row %d col %d = %v, alone %v", threads, m, r, j, got[r*n+j], alone[r][j])
+		// Up to 4 rows the kernel unpacks into registers; past that into a
+		// buffer, in register tiles of 6 rows where AVX-512 is available
+		// (19 rows: three whole tiles and a remainder; 53 outputs: whole
+		// tiles of 4 weight rows and a remainder).
+		const n, k, rows = 53, 160, 19
+		for _, bits := range []int{4, 8} {
+			w, sc, bi := quantized(f, rng, n, k, 32, bits, Float16)
+			x := randomRows(f, rng, rows, k)
+			alone := make([][]float32, rows)
+			for r := range rows {
+				alone[r] = f.ToFloat32s(f.AffineLinear(f.Slice(x, []int{r, 0}, []int{r + 1, k}), w, sc, bi, 32, bits))
+			}
+			for _, threads := range []int{1, 2, 3} {
+				SetCPUThreads(threads)
+				for m := 1; m <= rows; m++ {
+					got := f.ToFloat32s(f.AffineLinear(f.Slice(x, []int{0, 0}, []int{m, k}), w, sc, bi, 32, bits))
+					if err := f.Err(); err != nil {
+						t.Fatal(err)
+					}
+					for r := range m {
+						for j := range n {
+							if got[r*n+j] != alone[r][j] {
+								t.Fatalf("%d bits, threads %d, batch %d: row %d col %d = %v, alone %v", bits, threads, m, r, j, got[r*n+j], alone[r][j])
+							}
 						}
 					}
 				}
@@ -263,4 +273,63 @@ func TestFusedOpsMatchMLX(t *testing.T) {
 				f.mlxAttention(qq, k, v, 0.17, mode, sinks), 2e-6)
 		}
 	})
+}
+
+// affineOutputs is every output of the kernel on seeded inputs for batches
+// of 1 to 9 rows, 4- and 8-bit weights, as float bits.
+func affineOutputs(t *testing.T) []uint32 {
+	var out []uint32
+	onThread(t, func(_ Stream) {
+		s := CPU()
+		defer s.Free()
+		rng := rand.New(rand.NewPCG(7, 8))
+		f := NewFrame(s)
+		defer f.Free()
+		const n, k = 37, 192
+		for _, bits := range []int{4, 8} {
+			w, sc, bi := quantized(f, rng, n, k, 64, bits, BFloat16)
+			x := randomRows(f, rng, 9, k)
+			for m := 1; m <= 9; m++ {
+				for _, v := range f.ToFloat32s(f.AffineLinear(f.Slice(x, []int{0, 0}, []int{m, k}), w, sc, bi, 64, bits)) {
+					out = append(out, math.Float32bits(v))
+				}
+			}
+		}
+		if err := f.Err(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	return out
+}
+
+// TestAffineLinearSameWithoutAVX512: the AVX-512 kernels compute the AVX2
+// kernels' floats bit for bit (the child process runs with AVX-512 off).
+func TestAffineLinearSameWithoutAVX512(t *testing.T) {
+	if os.Getenv("PROVIDER_AFFINE_DUMP") == "1" {
+		for _, v := range affineOutputs(t) {
+			fmt.Println(v)
+		}
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestAffineLinearSameWithoutAVX512$")
+	cmd.Env = append(os.Environ(), "PROVIDER_AFFINE_DUMP=1", "PROVIDER_CPU_AVX512=0")
+	raw, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("child: %v", err)
+	}
+	want := affineOutputs(t)
+	var got []uint32
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, err := strconv.ParseUint(line, 10, 32); err == nil {
+			got = append(got, uint32(v))
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("child printed %d outputs, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("output %d: %v without AVX-512, %v with", i, math.Float32frombits(got[i]), math.Float32frombits(want[i]))
+		}
+	}
 }
