@@ -16,9 +16,16 @@
 # (true size, MXFP4 experts, seeded random values) and decode throughput at
 # concurrency 1 and 8.
 #
+# Before each measured sweep a warm-up sweep visits every level (so every
+# batch size has run once: MLX's CUDA backend compiles kernels on first use)
+# with prompts of another seed, and is discarded. Our server runs up to
+# MAX_CONCURRENT rows; its KV budget comes from the GPU's memory.
+#
 # Settings: OUT (results folder, required), TOKENIZER_LLAMA and
-# TOKENIZER_GPTOSS (tokenizer.json paths), CONCURRENCY, REQUESTS,
-# PROMPT_TOKENS, MAX_TOKENS, HBM_BYTES_PER_S (default 4.8e12, the H200's).
+# TOKENIZER_GPTOSS (tokenizer.json paths), SERVERS (llama mode: ours,mlx-lm
+# or one of them, to split the run), CONCURRENCY, REQUESTS, WARM_REQUESTS,
+# MAX_CONCURRENT, GPTOSS_CONCURRENCY, PROMPT_TOKENS, MAX_TOKENS,
+# HBM_BYTES_PER_S (default 4.8e12, the H200's).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -28,8 +35,12 @@ OUT=${OUT:?set OUT to the results folder}
 WORK=${WORK:-/tmp/provider-gpubench}
 PROVIDER=${PROVIDER:-bin/provider}
 PY=${PYTHON:-python3}
-CONCURRENCY=${CONCURRENCY:-1,2,4,8,16,32}
-REQUESTS=${REQUESTS:-32}
+CONCURRENCY=${CONCURRENCY:-1,8,16,32,64}
+REQUESTS=${REQUESTS:-64}
+WARM_REQUESTS=${WARM_REQUESTS:-64}
+MAX_CONCURRENT=${MAX_CONCURRENT:-64}
+GPTOSS_CONCURRENCY=${GPTOSS_CONCURRENCY:-1,8,32,64}
+SERVERS=${SERVERS:-ours,mlx-lm}
 PROMPT_TOKENS=${PROMPT_TOKENS:-128}
 MAX_TOKENS=${MAX_TOKENS:-128}
 HBM_BYTES_PER_S=${HBM_BYTES_PER_S:-4.8e12}
@@ -50,6 +61,17 @@ scrub_logs() {
 	sed -i -e "s#$ROOT/##g" -e "s#$WORK#\$WORK#g" -e "s#$HOME#~#g" "$OUT"/logs/*.log "$OUT"/*.txt 2>/dev/null || true
 }
 trap 'stop_servers; scrub_logs' EXIT
+
+# sweep TARGET URL MODEL LEVELS OUTDIR: a discarded warm-up sweep over every
+# level, then the measured one.
+sweep() {
+	"$PROVIDER" bench --target "$1=$2" --model "$3" --endpoint completions --concurrency "$4" \
+		--requests "$WARM_REQUESTS" --prompts random --prompt-tokens "$PROMPT_TOKENS" --max-tokens "$MAX_TOKENS" \
+		--ignore-eos --warmup 0 --seed 99 --progress=false --out "$WORK/warm-$1" >/dev/null
+	"$PROVIDER" bench --target "$1=$2" --model "$3" --endpoint completions --concurrency "$4" \
+		--requests "$REQUESTS" --prompts random --prompt-tokens "$PROMPT_TOKENS" --max-tokens "$MAX_TOKENS" \
+		--ignore-eos --warmup 0 --seed 1 --progress=false --out "$5"
+}
 
 wait_ready() { # name url seconds [path answering 200 once ready]
 	local deadline=$(($(date +%s) + $3))
@@ -82,24 +104,25 @@ llama)
 	# One server at a time: two MLX processes sharing the GPU starve each
 	# other of memory (each keeps its freed buffers), and a bench against
 	# one server should not share the GPU with another's work.
-	"$PROVIDER" serve --model "$CKPT" --addr 127.0.0.1:18500 --max-concurrent 8 --kv-bytes 40000000000 >"$OUT/logs/ours.log" 2>&1 &
-	PID[ours]=$!
-	wait_ready ours http://127.0.0.1:18500 300
-	"$PROVIDER" bench --target ours=http://127.0.0.1:18500 \
-		--model "$(basename "$CKPT")" --endpoint completions --concurrency "$CONCURRENCY" --requests "$REQUESTS" \
-		--prompts random --prompt-tokens "$PROMPT_TOKENS" --max-tokens "$MAX_TOKENS" --warmup 2 --seed 1 \
-		--progress=false --out "$OUT/sweep-ours"
-	kill "${PID[ours]}"
-	wait "${PID[ours]}" || true
-	unset 'PID[ours]'
-	# mlx-lm answers to the directory name it was started with.
-	(cd "$WORK" && exec $PY -m mlx_lm server --model "$(basename "$CKPT")" --host 127.0.0.1 --port 18501) >"$OUT/logs/mlx-lm.log" 2>&1 &
-	PID[mlx-lm]=$!
-	wait_ready mlx-lm http://127.0.0.1:18501 300 /v1/models
-	"$PROVIDER" bench --target mlx-lm=http://127.0.0.1:18501 \
-		--model "$(basename "$CKPT")" --endpoint completions --concurrency "$CONCURRENCY" --requests "$REQUESTS" \
-		--prompts random --prompt-tokens "$PROMPT_TOKENS" --max-tokens "$MAX_TOKENS" --warmup 2 --seed 1 \
-		--progress=false --out "$OUT/sweep-mlx-lm"
+	if [[ $SERVERS == *ours* ]]; then
+		"$PROVIDER" serve --model "$CKPT" --addr 127.0.0.1:18500 --max-concurrent "$MAX_CONCURRENT" >"$OUT/logs/ours.log" 2>&1 &
+		PID[ours]=$!
+		wait_ready ours http://127.0.0.1:18500 300
+		sweep ours http://127.0.0.1:18500 "$(basename "$CKPT")" "$CONCURRENCY" "$OUT/sweep-ours"
+		kill "${PID[ours]}"
+		wait "${PID[ours]}" || true
+		unset 'PID[ours]'
+	fi
+	if [[ $SERVERS == *mlx-lm* ]]; then
+		# mlx-lm answers to the directory name it was started with; its
+		# batch sizes follow the requests in flight.
+		(cd "$WORK" && exec $PY -m mlx_lm server --model "$(basename "$CKPT")" --host 127.0.0.1 --port 18501 \
+			--decode-concurrency "$MAX_CONCURRENT") >"$OUT/logs/mlx-lm.log" 2>&1 &
+		PID[mlx-lm]=$!
+		wait_ready mlx-lm http://127.0.0.1:18501 300 /v1/models
+		sweep mlx-lm http://127.0.0.1:18501 "$(basename "$CKPT")" "$CONCURRENCY" "$OUT/sweep-mlx-lm"
+	fi
+	[ -f "$OUT/sweep-ours/results.json" ] && [ -f "$OUT/sweep-mlx-lm/results.json" ] || exit 0
 	WEIGHT_BYTES=$(du -cb "$CKPT"/*.safetensors | tail -1 | cut -f1)
 	$PY - "$OUT/sweep-ours/results.json" "$OUT/sweep-mlx-lm/results.json" "$WEIGHT_BYTES" "$HBM_BYTES_PER_S" <<'EOF' | tee "$OUT/summary.txt"
 import json, sys
@@ -122,13 +145,11 @@ EOF
 	;;
 gptoss)
 	"$PROVIDER" serve --dummy-weights testdata/configs/gpt-oss-20b.json --tokenizer "$TOKENIZER_GPTOSS" \
-		--addr 127.0.0.1:18502 --max-concurrent 8 --kv-bytes 40000000000 >"$OUT/logs/ours-gptoss.log" 2>&1 &
+		--addr 127.0.0.1:18502 --max-concurrent "$MAX_CONCURRENT" >"$OUT/logs/ours-gptoss.log" 2>&1 &
 	PID[ours]=$!
 	wait_ready ours http://127.0.0.1:18502 400
 	MODEL_NAME=$(curl -sf http://127.0.0.1:18502/v1/models | $PY -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])')
-	"$PROVIDER" bench --target ours=http://127.0.0.1:18502 --model "$MODEL_NAME" --endpoint completions \
-		--concurrency 1,8 --requests 16 --prompts random --prompt-tokens "$PROMPT_TOKENS" --max-tokens "$MAX_TOKENS" \
-		--warmup 2 --seed 1 --progress=false --out "$OUT/gptoss"
+	sweep ours http://127.0.0.1:18502 "$MODEL_NAME" "$GPTOSS_CONCURRENCY" "$OUT/gptoss"
 	$PY - "$OUT/gptoss/results.json" <<'EOF' | tee "$OUT/summary-gptoss.txt"
 import json, sys
 for t in json.load(open(sys.argv[1]))["targets"]:

@@ -72,6 +72,10 @@ SHARED_PROMPT_TOKENS=${SHARED_PROMPT_TOKENS:-48}
 SHARED_PREFIX_TOKENS=${SHARED_PREFIX_TOKENS:-32}
 SHARED_PREFIXES=${SHARED_PREFIXES:-2}
 WARMUP=${WARMUP:-1}
+# Every request asks to generate past end-of-sequence tokens (ignore_eos,
+# which ours and llama.cpp honour), so every server writes MAX_TOKENS
+# tokens per request; IGNORE_EOS= (empty) turns it off.
+IGNORE_EOS=${IGNORE_EOS-1}
 SEED=${SEED:-1}
 REQUEST_TIMEOUT=${REQUEST_TIMEOUT:-15m}
 START_TIMEOUT=${START_TIMEOUT:-300}
@@ -225,7 +229,7 @@ bench() { # workload, then bench flags
 	echo "== $w"
 	local rc=0
 	"$PROVIDER" bench "${targets[@]}" --model "$NAME" --endpoint "$ENDPOINT" --warmup "$WARMUP" --seed "$SEED" \
-		--timeout "$REQUEST_TIMEOUT" --max-tokens "$MAX_TOKENS" --out "$OUT/$w" "$@" &
+		--timeout "$REQUEST_TIMEOUT" --max-tokens "$MAX_TOKENS" ${IGNORE_EOS:+--ignore-eos} --out "$OUT/$w" "$@" &
 	BENCH_PID=$!
 	wait "$BENCH_PID" || rc=$?
 	BENCH_PID=
