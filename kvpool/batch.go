@@ -57,6 +57,8 @@ type groupStep struct {
 type opsPart struct {
 	R, Tq, L           int
 	gather, qIdx, mask mlx.Array
+	// exact: one row, its keys unpadded and unmasked (mask invalid).
+	exact bool
 }
 
 // Begin reserves the blocks rows need and lays out the step on f. On an
@@ -221,7 +223,14 @@ func (b *Batch) opsPart(gi int, rows []int) opsPart {
 		part.L = max(part.L, hi-lo+1)
 		part.Tq = max(part.Tq, len(b.rows[r].Tokens))
 	}
-	part.L = (part.L + BlockTokens - 1) / BlockTokens * BlockTokens
+	// A lone row needs no padding and, but for a sliding prefill chunk, no
+	// mask: its exact keys go to the fused attention kernels that refuse
+	// masks (CUDA's), causal for a chunk (MLX aligns the chunk's queries
+	// with the last keys).
+	part.exact = part.R == 1 && (part.Tq == 1 || g.window == 0)
+	if !part.exact {
+		part.L = (part.L + BlockTokens - 1) / BlockTokens * BlockTokens
+	}
 	R, L, Tq := part.R, part.L, part.Tq
 	gather := make([]int32, R*L)
 	qIdx := make([]int32, R*Tq)
@@ -254,7 +263,9 @@ func (b *Batch) opsPart(gi int, rows []int) opsPart {
 	}
 	part.gather = f.Int32s(gather, R*L)
 	part.qIdx = f.Int32s(qIdx, R*Tq)
-	part.mask = f.Reshape(f.Greater(f.Int32s(boolInts(mask), R*Tq*L), f.ScalarInt(0)), R, 1, Tq, L)
+	if !part.exact {
+		part.mask = f.Reshape(f.Greater(f.Int32s(boolInts(mask), R*Tq*L), f.ScalarInt(0)), R, 1, Tq, L)
+	}
 	return part
 }
 
@@ -301,7 +312,14 @@ func (b *Batch) Attend(li int, q, k, v mlx.Array, scale float32, sinks mlx.Array
 			return f.Transpose(x, 0, 2, 1, 3)
 		}
 		qq := f.Transpose(f.Reshape(f.Take(q, part.qIdx, 0), part.R, part.Tq, H, D), 0, 2, 1, 3)
-		o := f.Attention(qq, keys(p.k[src]), keys(p.v[src]), scale, "array", part.mask, sinks)
+		mode := "array"
+		switch {
+		case part.exact && part.Tq > 1:
+			mode = "causal"
+		case part.exact:
+			mode = ""
+		}
+		o := f.Attention(qq, keys(p.k[src]), keys(p.v[src]), scale, mode, part.mask, sinks)
 		outs[i] = f.Reshape(f.Transpose(o, 0, 2, 1, 3), part.R*part.Tq, H, D)
 	}
 	o := outs[0]

@@ -146,12 +146,14 @@ func runAttend(t *testing.T, s mlx.Stream, ops bool) {
 	rows := []*rowState{newRow(), newRow()}
 	// Each step lists how many tokens each live row adds; a third row joins
 	// at step 3 and the first leaves after step 4.
-	steps := [][]int{{300, 7}, {1, 260}, {1, 1}, {1, 1, 290}, {1, 1, 1}, {1, 1}, {1, 1}}
+	// At step 7 the second leaves too: a lone row prefills and decodes
+	// (the MLX-ops path then attends over its exact keys, unmasked).
+	steps := [][]int{{300, 7}, {1, 260}, {1, 1}, {1, 1, 290}, {1, 1, 1}, {1, 1}, {1, 1}, {40}, {1}, {1}}
 	for si, counts := range steps {
 		if si == 3 {
 			rows = append(rows, newRow())
 		}
-		if si == 5 {
+		if si == 5 || si == 7 {
 			rows[0].seq.Free()
 			rows = rows[1:]
 		}
