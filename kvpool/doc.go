@@ -12,8 +12,9 @@
 // keys and values (KV sharing) holds nothing and attends over its source's
 // arrays. A sequence (Seq) keeps, per group, a block table: the physical
 // block of each logical block (position / BlockTokens). Blocks are
-// refcounted, so a later prefix cache can share them between sequences;
-// the last release returns a block to its group's free list. The arrays
+// refcounted (a sequence's hold is one reference; the prefix cache will add
+// the sharing of full blocks between sequences); the last release returns a
+// block to its group's free list. The arrays
 // grow by doubling when a group runs out of free blocks; they never shrink.
 //
 // A full-attention group keeps every block of a sequence. A sliding group of

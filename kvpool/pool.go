@@ -156,10 +156,6 @@ func (p *Pool) alloc(gi int) (int32, error) {
 	return b, nil
 }
 
-// Retain adds a reference to a held block (a later prefix cache shares
-// blocks between sequences this way).
-func (p *Pool) retain(gi int, b int32) { p.groups[gi].refs[b]++ }
-
 // release drops a reference; the last one returns the block.
 func (p *Pool) release(gi int, b int32) {
 	g := p.groups[gi]

@@ -86,3 +86,38 @@ func BenchmarkSmolLM2DecodeStep(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSmolLM2PrefillStep times one step that prefills rows fresh
+// 128-token prompts together, as the engine does when requests arrive at
+// once.
+func BenchmarkSmolLM2PrefillStep(b *testing.B) {
+	l := load(b, smolPath)
+	for _, rows := range []int{1, 4, 16} {
+		b.Run(fmt.Sprint("rows", rows), func(b *testing.B) {
+			prompts := make([][]int32, rows)
+			for i := range prompts {
+				prompts[i] = make([]int32, 128)
+				for j := range prompts[i] {
+					prompts[i][j] = int32(1000 + (i*131+j*37)%8000)
+				}
+			}
+			b.ResetTimer()
+			for range b.N {
+				l.th.Do(func() {
+					seqs := make([]*kvpool.Seq, rows)
+					for i := range seqs {
+						seqs[i] = l.st.NewSeq()
+						defer seqs[i].Free()
+					}
+					f := mlx.NewFrame(l.s)
+					defer f.Free()
+					l.st.Forward(f, prompts, seqs)
+					if f.Err() != nil {
+						b.Fatal(f.Err())
+					}
+				})
+			}
+			b.ReportMetric(float64(rows*128*b.N)/b.Elapsed().Seconds(), "prefill-tok/s")
+		})
+	}
+}
