@@ -290,10 +290,8 @@ func (b *Batch) Attend(li int, q, k, v mlx.Array, scale float32, sinks mlx.Array
 	if f.Err() != nil {
 		return mlx.Array{}
 	}
-	gi := p.group[li]
-	src := li
-	if p.layers[li].SharedFrom >= 0 {
-		src = p.layers[li].SharedFrom
+	gi, src, shared := p.source(li)
+	if shared {
 		k, v = mlx.Array{}, mlx.Array{}
 	}
 	gs := b.step(gi)
@@ -332,6 +330,15 @@ func (b *Batch) Attend(li int, q, k, v mlx.Array, scale float32, sinks mlx.Array
 	return o
 }
 
+// source is layer li's group and the layer whose storage it reads (itself
+// unless it shares another's).
+func (p *Pool) source(li int) (group, src int, shared bool) {
+	if from := p.layers[li].SharedFrom; from >= 0 {
+		return p.group[li], from, true
+	}
+	return p.group[li], li, false
+}
+
 // store scatters the step's keys and values into layer li's pools. The
 // pool's old arrays are released before evaluation so MLX updates them in
 // place.
@@ -363,11 +370,8 @@ func (b *Batch) AttendRows(li int, q, k, v mlx.Array, fn func(q, k, v mlx.Array)
 	if f.Err() != nil {
 		return mlx.Array{}
 	}
-	gi := p.group[li]
-	src := li
-	if p.layers[li].SharedFrom >= 0 {
-		src = p.layers[li].SharedFrom
-	} else {
+	gi, src, shared := p.source(li)
+	if !shared {
 		b.store(src, b.step(gi), k, v)
 	}
 	l := p.layers[src]

@@ -3,6 +3,7 @@ package kvpool
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/goprovider/provider/mlx"
@@ -53,7 +54,7 @@ func blocksHeldAndReleased(t *testing.T, s mlx.Stream) {
 		t.Fatalf("after 1 token: %v", got)
 	}
 	grow(a, 1000)
-	if got, want := a.Blocks(), []int{4, 3, 2}; !equalInts(got, want) {
+	if got, want := a.Blocks(), []int{4, 3, 2}; !slices.Equal(got, want) {
 		t.Fatalf("after 1001 tokens: blocks %v, want %v", got, want)
 	}
 	grow(b, 300)
@@ -91,18 +92,6 @@ func maxBytes(t *testing.T, s mlx.Stream) {
 	if err := q.reserve(5*BlockTokens + 1); err != ErrFull {
 		t.Fatalf("a sixth block: err %v, want ErrFull", err)
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // history is the host copy of every key and value a row stored, per layer.

@@ -343,12 +343,9 @@ PROVIDER_AVX2 void rows_avx2(const Job& j, int n0, int n1, float* fs, float* fb)
   }
 }
 
-// rows_many computes output rows [n0, n1) for more than four activation
-// rows: each output row's weights are unpacked once into buf (the same
-// floats direct computes), then blocks of activation rows small enough to
-// stay in cache stream over them.
+// unpack_rows dequantizes weight rows [n0, n1) into buf, k floats a row.
 template <typename S, int BITS>
-PROVIDER_AVX2 void rows_many(const Job& j, int n0, int n1, float* buf, float* fs, float* fb) {
+PROVIDER_AVX2 void unpack_rows(const Job& j, int n0, int n1, float* buf, float* fs, float* fb) {
   const int words = j.k * BITS / 32;
   const int groups = j.k / j.group;
   const S* sc = static_cast<const S*>(j.scales);
@@ -365,6 +362,15 @@ PROVIDER_AVX2 void rows_many(const Job& j, int n0, int n1, float* buf, float* fs
       _mm256_storeu_ps(wb + e + 8, w1);
     }
   }
+}
+
+// rows_many computes output rows [n0, n1) for more than four activation
+// rows: each output row's weights are unpacked once into buf (the same
+// floats direct computes), then blocks of activation rows small enough to
+// stay in cache stream over them.
+template <typename S, int BITS>
+PROVIDER_AVX2 void rows_many(const Job& j, int n0, int n1, float* buf, float* fs, float* fb) {
+  unpack_rows<S, BITS>(j, n0, n1, buf, fs, fb);
   constexpr int block = 16;
   for (int r0 = 0; r0 < j.m; r0 += block) {
     const int r1 = std::min(j.m, r0 + block);
@@ -501,22 +507,7 @@ PROVIDER_AVX512 void tile512_rows(int mr, const Job& j, const float* wb, int n, 
 // rows with AVX-512 tiles of 4 weight rows by 6 activation rows.
 template <typename S, int BITS>
 PROVIDER_AVX512 void rows_many512(const Job& j, int n0, int n1, float* buf, float* fs, float* fb) {
-  const int words = j.k * BITS / 32;
-  const int groups = j.k / j.group;
-  const S* sc = static_cast<const S*>(j.scales);
-  const S* bi = static_cast<const S*>(j.biases);
-  for (int n = n0; n < n1; n++) {
-    const uint32_t* row = j.w + static_cast<size_t>(n) * words;
-    float* wb = buf + static_cast<size_t>(n - n0) * j.k;
-    group_params<S>(sc + static_cast<size_t>(n) * groups, bi + static_cast<size_t>(n) * groups, groups, fs, fb);
-    for (int e = 0; e < j.k; e += 16) {
-      const int g = e / j.group;
-      __m256 w0, w1;
-      unpack16<BITS>(row, e, _mm256_set1_ps(fs[g]), _mm256_set1_ps(fb[g]), w0, w1);
-      _mm256_storeu_ps(wb + e, w0);
-      _mm256_storeu_ps(wb + e + 8, w1);
-    }
-  }
+  unpack_rows<S, BITS>(j, n0, n1, buf, fs, fb);
   constexpr int MR = 6, NW = 4;
   for (int r0 = 0; r0 < j.m; r0 += MR) {
     const int mr = std::min(MR, j.m - r0);
