@@ -585,17 +585,8 @@ void rows_portable(const Job& j, int n0, int n1, float* buf) {
 template <typename S>
 void run_job(const Job& j) {
   // Tasks of a few output rows: enough of them to balance the threads, each
-  // long enough to amortize taking it. Every task streams all activation
-  // rows past its unpacked weights, so with many rows (a prefill) the
-  // tasks grow to about 512 KiB of weights each (L2-resident) and the
-  // activations are read a few times instead of once per 16 outputs.
-  const int threads = Pool::get().threads();
-  int chunk = std::max(1, std::min(16, j.n / (8 * threads)));
-  if (j.m > 64) {
-    const int fit = static_cast<int>((512u << 10) / (sizeof(float) * static_cast<size_t>(j.k)));
-    const int even = (j.n + 2 * threads - 1) / (2 * threads);
-    chunk = std::max(chunk, std::min(fit, even) / 4 * 4);
-  }
+  // long enough to amortize taking it.
+  const int chunk = std::max(1, std::min(16, j.n / (8 * Pool::get().threads())));
   const int tasks = (j.n + chunk - 1) / chunk;
   Pool::get().run(tasks, [&](int t) {
     thread_local std::vector<float> buf, fs, fb;
