@@ -472,7 +472,9 @@ PROVIDER_AVX512 void direct512(const Job& j, const uint32_t* row, const float* f
   }
 }
 
-// rows512 is rows_avx2 with direct512.
+// rows512 is rows_avx2 with direct512. It is a copy, not a template over
+// the two: a function compiled for the AVX-512 target may use AVX-512
+// instructions anywhere in its body, so the AVX2 path must not share one.
 template <typename S, int BITS>
 PROVIDER_AVX512 void rows512(const Job& j, int n0, int n1, float* fs, float* fb) {
   const int words = j.k * BITS / 32;
