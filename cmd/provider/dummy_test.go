@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -86,19 +83,7 @@ func TestDummyWeightsFailWithOneClearLine(t *testing.T) {
 // be served.)
 func TestServeDummyWeights(t *testing.T) {
 	config := "../../testdata/ref/gemma4_tiny/moe/config.json"
-	cmd := exec.Command(binPath, "serve", "--dummy-weights", config, "--addr", "127.0.0.1:0", "--kv-bytes", "2000000000")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
-	}()
-	lines := bufio.NewScanner(stderr)
+	lines, stderr := serve(t, "--dummy-weights", config, "--addr", "127.0.0.1:0", "--kv-bytes", "2000000000")
 	var addr string
 	ready := false
 	for !ready && lines.Scan() {

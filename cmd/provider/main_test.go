@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -28,6 +31,25 @@ func TestMain(m *testing.M) {
 }
 
 const stories = "../../testdata/models/stories260K.gguf"
+
+// serve starts the binary with args, returns its standard error line by
+// line, and stops it with SIGTERM when the test ends.
+func serve(t *testing.T, args ...string) (lines *bufio.Scanner, stderr io.Reader) {
+	t.Helper()
+	cmd := exec.Command(binPath, append([]string{"serve"}, args...)...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	})
+	return bufio.NewScanner(stderr), stderr
+}
 
 func run(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()

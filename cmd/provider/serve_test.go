@@ -1,11 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"errors"
-	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/goprovider/provider/engine"
@@ -108,21 +105,9 @@ func TestServeMaxConcurrentBelowOne(t *testing.T) {
 // On the CPU the budget comes from physical memory, and a cap above the
 // limit is clamped with a warning, never silently.
 func TestServeLogsBudgetSourceAndClamp(t *testing.T) {
-	cmd := exec.Command(binPath, "serve", "--model", stories, "--addr", "127.0.0.1:0", "--device", "cpu", "--max-concurrent", "1000")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
-	}()
+	lines, _ := serve(t, "--model", stories, "--addr", "127.0.0.1:0", "--device", "cpu", "--max-concurrent", "1000")
 	var clamped, budget, ready bool
 	var log []string
-	lines := bufio.NewScanner(stderr)
 	for !ready && lines.Scan() {
 		line := lines.Text()
 		log = append(log, line)
