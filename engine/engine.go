@@ -52,8 +52,7 @@ func (o Options) withDefaults() Options {
 }
 
 // LayoutOf derives the ledger's KV layout from a model's layer kinds and
-// activation dtype.
-// It charges whole blocks of the KV pool.
+// activation dtype, charging whole blocks of the KV pool.
 func LayoutOf(c model.Config) KVLayout {
 	l := KVLayout{Layers: make([]LayerKV, len(c.Kinds)), Block: kvpool.BlockTokens}
 	for i, k := range c.Kinds {
@@ -495,12 +494,8 @@ func (e *Engine) tick() bool {
 			res.Stopped = append(res.Stopped, l.gen.ID)
 			continue
 		}
-		ev := Event{Kind: EventDelta, Tokens: []int32{p.tok}}
-		if p.logprobs != nil {
-			ev.Logprobs = p.logprobs
-		}
 		l.emitted++
-		l.events <- ev
+		l.events <- Event{Kind: EventDelta, Tokens: []int32{p.tok}, Logprobs: p.logprobs}
 	}
 	e.mu.Lock()
 	locked = true

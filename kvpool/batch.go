@@ -38,11 +38,13 @@ type Batch struct {
 
 // groupStep is what one group's layers share in a step, built on first use.
 type groupStep struct {
-	// The pool row each token's key and value go to, [N, 1, 1].
+	// The pool row each token's key and value go to, and as the MLX-ops
+	// store's index [N, 1, 1], made on first use.
+	slots   []int32
 	scatter mlx.Array
-	// Fused kernel: block tables [R, MB], (row, position) of each token
-	// [N, 2].
-	table, meta mlx.Array
+	// Fused kernel: write slots [N], block tables [R, MB], (row, position)
+	// of each token [N, 2].
+	write, table, meta mlx.Array
 	// MLX ops: one padded attention per part (decode rows, prefill rows),
 	// and where each token's output sits in the parts' concatenated
 	// outputs, [N] (invalid when that is the identity).
@@ -87,6 +89,16 @@ func (p *Pool) Begin(f *mlx.Frame, rows []Row) (*Batch, error) {
 		}
 	}
 	return b, nil
+}
+
+// CheckTokens reports a token id outside [0, vocab).
+func (b *Batch) CheckTokens(vocab int) error {
+	for _, id := range b.Tokens {
+		if id < 0 || int(id) >= vocab {
+			return fmt.Errorf("token id %d outside vocabulary of %d", id, vocab)
+		}
+	}
+	return nil
 }
 
 // N is the number of tokens in the step.
@@ -159,7 +171,7 @@ func (b *Batch) step(gi int) *groupStep {
 	for i := range slots {
 		slots[i] = b.rows[b.rowOf[i]].Seq.slot(gi, int(b.Positions[i]))
 	}
-	gs.scatter = f.Int32s(slots, N, 1, 1)
+	gs.slots = slots
 	if b.p.fused {
 		mb := 1
 		for _, row := range b.rows {
@@ -176,7 +188,7 @@ func (b *Batch) step(gi int) *groupStep {
 		for i := range N {
 			meta[2*i], meta[2*i+1] = b.rowOf[i], b.Positions[i]
 		}
-		gs.table, gs.meta = f.Int32s(table, R, mb), f.Int32s(meta, N, 2)
+		gs.write, gs.table, gs.meta = f.Int32s(slots, N), f.Int32s(table, R, mb), f.Int32s(meta, N, 2)
 		return gs
 	}
 	// Decode rows form one part and prefill rows another, so a long chunk
@@ -234,7 +246,10 @@ func (b *Batch) opsPart(gi int, rows []int) opsPart {
 	R, L, Tq := part.R, part.L, part.Tq
 	gather := make([]int32, R*L)
 	qIdx := make([]int32, R*Tq)
-	mask := make([]bool, R*Tq*L)
+	var mask []int32 // 1 where a query sees a key
+	if !part.exact {
+		mask = make([]int32, R*Tq*L)
+	}
 	for j, r := range rows {
 		s := b.rows[r].Seq
 		n := len(b.rows[r].Tokens)
@@ -250,33 +265,29 @@ func (b *Batch) opsPart(gi int, rows []int) opsPart {
 			if t >= n {
 				// A padding query sees one key, so its softmax stays finite.
 				qIdx[j*Tq+t] = int32(b.start[r])
-				mask[(j*Tq+t)*L] = true
+				if mask != nil {
+					mask[(j*Tq+t)*L] = 1
+				}
 				continue
 			}
 			qIdx[j*Tq+t] = int32(b.start[r] + t)
+			if mask == nil {
+				continue
+			}
 			p := s.n + t
 			for k := range L {
-				kp := lo + k
-				mask[(j*Tq+t)*L+k] = kp <= p && (g.window == 0 || p-kp < g.window)
+				if kp := lo + k; kp <= p && (g.window == 0 || p-kp < g.window) {
+					mask[(j*Tq+t)*L+k] = 1
+				}
 			}
 		}
 	}
 	part.gather = f.Int32s(gather, R*L)
 	part.qIdx = f.Int32s(qIdx, R*Tq)
-	if !part.exact {
-		part.mask = f.Reshape(f.Greater(f.Int32s(boolInts(mask), R*Tq*L), f.ScalarInt(0)), R, 1, Tq, L)
+	if mask != nil {
+		part.mask = f.Greater(f.Int32s(mask, R, 1, Tq, L), f.ScalarInt(0))
 	}
 	return part
-}
-
-func boolInts(m []bool) []int32 {
-	out := make([]int32, len(m))
-	for i, v := range m {
-		if v {
-			out[i] = 1
-		}
-	}
-	return out
 }
 
 // Attend stores layer li's new keys and values k, v ([N, KVHeads, HeadDim];
@@ -296,7 +307,7 @@ func (b *Batch) Attend(li int, q, k, v mlx.Array, scale float32, sinks mlx.Array
 	}
 	gs := b.step(gi)
 	if p.fused {
-		return f.PagedAttention(q, k, v, p.k[src], p.v[src], f.Reshape(gs.scatter, -1), gs.table, gs.meta, BlockTokens, p.groups[gi].window, scale, sinks)
+		return f.PagedAttention(q, k, v, p.k[src], p.v[src], gs.write, gs.table, gs.meta, BlockTokens, p.groups[gi].window, scale, sinks)
 	}
 	if k.Valid() {
 		b.store(src, gs, k, v)
@@ -345,6 +356,9 @@ func (p *Pool) source(li int) (group, src int, shared bool) {
 func (b *Batch) store(li int, gs *groupStep, k, v mlx.Array) {
 	p, f := b.p, b.f
 	l := p.layers[li]
+	if !gs.scatter.Valid() {
+		gs.scatter = f.Int32s(gs.slots, len(gs.slots), 1, 1)
+	}
 	idx := f.BroadcastTo(gs.scatter, len(b.Tokens), l.KVHeads, l.HeadDim)
 	for _, x := range []struct {
 		pool *mlx.Array

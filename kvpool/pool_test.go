@@ -277,3 +277,29 @@ func onMLX(t *testing.T, fn func(s mlx.Stream)) {
 	defer th.Close()
 	th.Do(func() { fn(mlx.CPU()) })
 }
+
+func TestCheckTokens(t *testing.T) {
+	onMLX(t, func(s mlx.Stream) {
+		p, err := New(s, mlx.Float32, testLayers, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		f := mlx.NewFrame(s)
+		defer f.Free()
+		q := p.NewSeq()
+		defer q.Free()
+		for _, c := range []struct {
+			tokens []int32
+			ok     bool
+		}{{[]int32{0, 5, 9}, true}, {[]int32{0, 10}, false}, {[]int32{-1}, false}} {
+			b, err := p.Begin(f, []Row{{Seq: q, Tokens: c.tokens}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := b.CheckTokens(10); (err == nil) != c.ok {
+				t.Errorf("tokens %v in a vocabulary of 10: %v", c.tokens, err)
+			}
+		}
+	})
+}

@@ -719,59 +719,42 @@ void rope_rows(const View4& x, int B, int H, int T, int D, const int32_t* offset
   }
 }
 
-// attend computes softmax(scale * q.k) v for q [B, H, T, D] against k, v
-// [B, KVH, S, D]: query t sits at position S-T+t and, when causal, sees keys
-// up to it; sinks (one logit per head, may be null) join the denominator.
-void attend(const View4& q, const View4& k, const View4& v, int B, int H, int KVH, int T, int S, int D, float scale,
-            bool causal, const float* sinks, float* out) {
-  const int rep = H / KVH;
-  const int tasks = B * H;
-  const size_t work = static_cast<size_t>(tasks) * T * S * D;
-  auto task = [&](int i) {
-    const int b = i / H, h = i % H, kh = h / rep;
-    thread_local std::vector<float> sc, qv, acc;
-    sc.resize(S);
-    qv.resize(D);
-    acc.resize(D);
-    for (int t = 0; t < T; t++) {
-      const int last = causal ? S - T + t : S - 1;
-      for (int d = 0; d < D; d++) {
-        qv[d] = q.at(b, h, t, d) * scale;
-      }
-      float mx_ = sinks != nullptr ? sinks[h] : -INFINITY;
-      const bool kd = k.s3 == 1;
-      for (int s = 0; s <= last; s++) {
-        float d_;
-        if (kd) {
-          d_ = dot(qv.data(), &k.at(b, kh, s, 0), D);
-        } else {
-          d_ = 0;
-          for (int d = 0; d < D; d++) {
-            d_ += qv[d] * k.at(b, kh, s, d);
-          }
-        }
-        sc[s] = d_;
-        mx_ = std::max(mx_, d_);
-      }
-      float sum = sinks != nullptr ? std::exp(sinks[h] - mx_) : 0.0f;
-      for (int s = 0; s <= last; s++) {
-        sc[s] = std::exp(sc[s] - mx_);
-        sum += sc[s];
-      }
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int s = 0; s <= last; s++) {
-        const float p = sc[s];
-        for (int d = 0; d < D; d++) {
-          acc[d] += p * v.at(b, kh, s, d);
-        }
-      }
-      float* o = out + ((static_cast<size_t>(b) * H + h) * T + t) * D;
-      const float inv = 1.0f / sum;
-      for (int d = 0; d < D; d++) {
-        o[d] = acc[d] * inv;
-      }
+// softmax_attend writes to o (D floats) the sum over positions s in [lo, hi]
+// of softmax(score(s)) times the value row at value(s) (element d at
+// value(s)[d * vstride]); sink, when not null, joins the softmax's
+// denominator as one more logit. sc holds hi-lo+1 floats, acc D. Both
+// attention kernels use it, so every query sums in the same order.
+template <typename Score, typename Value>
+inline void softmax_attend(int lo, int hi, int D, const float* sink, Score score, Value value, int64_t vstride,
+                           float* sc, float* acc, float* o) {
+  float m = sink != nullptr ? *sink : -INFINITY;
+  for (int s = lo; s <= hi; s++) {
+    sc[s - lo] = score(s);
+    m = std::max(m, sc[s - lo]);
+  }
+  float sum = sink != nullptr ? std::exp(*sink - m) : 0.0f;
+  for (int s = lo; s <= hi; s++) {
+    sc[s - lo] = std::exp(sc[s - lo] - m);
+    sum += sc[s - lo];
+  }
+  std::fill(acc, acc + D, 0.0f);
+  for (int s = lo; s <= hi; s++) {
+    const float p = sc[s - lo];
+    const float* vs = value(s);
+    for (int d = 0; d < D; d++) {
+      acc[d] += p * vs[d * vstride];
     }
-  };
+  }
+  const float inv = 1.0f / sum;
+  for (int d = 0; d < D; d++) {
+    o[d] = acc[d] * inv;
+  }
+}
+
+// run_tasks runs task(0..tasks-1) on the calling thread when the work (in
+// multiply-adds) is too small to be worth the pool, else across it.
+template <typename F>
+void run_tasks(int tasks, size_t work, F task) {
   if (work < (1u << 18)) {
     for (int i = 0; i < tasks; i++) {
       task(i);
@@ -779,6 +762,41 @@ void attend(const View4& q, const View4& k, const View4& v, int B, int H, int KV
   } else {
     Pool::get().run(tasks, task);
   }
+}
+
+// attend computes softmax(scale * q.k) v for q [B, H, T, D] against k, v
+// [B, KVH, S, D]: query t sits at position S-T+t and, when causal, sees keys
+// up to it; sinks (one logit per head, may be null) join the denominator.
+void attend(const View4& q, const View4& k, const View4& v, int B, int H, int KVH, int T, int S, int D, float scale,
+            bool causal, const float* sinks, float* out) {
+  const int rep = H / KVH;
+  const int tasks = B * H;
+  run_tasks(tasks, static_cast<size_t>(tasks) * T * S * D, [&](int i) {
+    const int b = i / H, h = i % H, kh = h / rep;
+    thread_local std::vector<float> sc, qv, acc;
+    sc.resize(S);
+    qv.resize(D);
+    acc.resize(D);
+    const bool kd = k.s3 == 1;
+    auto score = [&](int s) {
+      if (kd) {
+        return dot(qv.data(), &k.at(b, kh, s, 0), D);
+      }
+      float d_ = 0;
+      for (int d = 0; d < D; d++) {
+        d_ += qv[d] * k.at(b, kh, s, d);
+      }
+      return d_;
+    };
+    for (int t = 0; t < T; t++) {
+      for (int d = 0; d < D; d++) {
+        qv[d] = q.at(b, h, t, d) * scale;
+      }
+      softmax_attend(0, causal ? S - T + t : S - 1, D, sinks != nullptr ? sinks + h : nullptr, score,
+                     [&](int s) { return &v.at(b, kh, s, 0); }, v.s3, sc.data(), acc.data(),
+                     out + ((static_cast<size_t>(b) * H + h) * T + t) * D);
+    }
+  });
 }
 
 // paged_attend writes the step's new keys and values into the pools, then
@@ -816,7 +834,7 @@ void paged_attend(const Paged& a, float* out) {
   for (int i = 0; i < a.N; i++) {
     work += static_cast<size_t>(a.meta[2 * i + 1] + 1) * a.H * a.D;
   }
-  auto task = [&](int t) {
+  run_tasks(tasks, work, [&](int t) {
     const int i = t / a.H, h = t % a.H, kh = h / rep;
     const int r = a.meta[2 * i], p = a.meta[2 * i + 1];
     const int lo = a.window > 0 ? std::max(0, p - a.window + 1) : 0;
@@ -832,38 +850,11 @@ void paged_attend(const Paged& a, float* out) {
     auto slot = [&](int s) {
       return (static_cast<size_t>(tab[s / a.block]) * a.block + s % a.block) * row + static_cast<size_t>(kh) * a.D;
     };
-    float m = a.sinks != nullptr ? a.sinks[h] : -INFINITY;
-    for (int s = lo; s <= p; s++) {
-      const float d_ = dot(qv.data(), a.kpool + slot(s), a.D);
-      sc[s - lo] = d_;
-      m = std::max(m, d_);
-    }
-    float sum = a.sinks != nullptr ? std::exp(a.sinks[h] - m) : 0.0f;
-    for (int s = lo; s <= p; s++) {
-      sc[s - lo] = std::exp(sc[s - lo] - m);
-      sum += sc[s - lo];
-    }
-    std::fill(acc.begin(), acc.end(), 0.0f);
-    for (int s = lo; s <= p; s++) {
-      const float pr = sc[s - lo];
-      const float* vs = a.vpool + slot(s);
-      for (int d = 0; d < a.D; d++) {
-        acc[d] += pr * vs[d];
-      }
-    }
-    float* o = out + (static_cast<size_t>(i) * a.H + h) * a.D;
-    const float inv = 1.0f / sum;
-    for (int d = 0; d < a.D; d++) {
-      o[d] = acc[d] * inv;
-    }
-  };
-  if (work < (1u << 18)) {
-    for (int t = 0; t < tasks; t++) {
-      task(t);
-    }
-  } else {
-    Pool::get().run(tasks, task);
-  }
+    softmax_attend(
+        lo, p, a.D, a.sinks != nullptr ? a.sinks + h : nullptr,
+        [&](int s) { return dot(qv.data(), a.kpool + slot(s), a.D); }, [&](int s) { return a.vpool + slot(s); }, 1,
+        sc.data(), acc.data(), out + (static_cast<size_t>(i) * a.H + h) * a.D);
+  });
 }
 
 bool on_cpu(const mx::Stream& s) {

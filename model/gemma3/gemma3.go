@@ -113,11 +113,9 @@ func (m *Model) Close() {}
 // logits at b's logit rows, [rows, vocab].
 func (m *Model) Forward(f *mlx.Frame, b *kvpool.Batch) mlx.Array {
 	c := m.cfg
-	for _, id := range b.Tokens {
-		if id < 0 || int(id) >= c.Vocab {
-			f.Fail(fmt.Errorf("gemma3: token id %d outside vocabulary of %d", id, c.Vocab))
-			return mlx.Array{}
-		}
+	if err := b.CheckTokens(c.Vocab); err != nil {
+		f.Fail(fmt.Errorf("gemma3: %w", err))
+		return mlx.Array{}
 	}
 	act := c.ActDType
 	x := f.AsType(m.embed.Embed(f, b.TokenIDs()), act) // [1, N, hidden]

@@ -138,11 +138,9 @@ func scalar(f *mlx.Frame, v float64, dt mlx.Dtype) mlx.Array {
 // logits at b's logit rows, [rows, vocab].
 func (m *Model) Forward(f *mlx.Frame, b *kvpool.Batch) mlx.Array {
 	c := m.cfg
-	for _, id := range b.Tokens {
-		if id < 0 || int(id) >= c.Vocab {
-			f.Fail(fmt.Errorf("gemma4: token id %d outside vocabulary of %d", id, c.Vocab))
-			return mlx.Array{}
-		}
+	if err := b.CheckTokens(c.Vocab); err != nil {
+		f.Fail(fmt.Errorf("gemma4: %w", err))
+		return mlx.Array{}
 	}
 	act, N := c.ActDType, b.N()
 	ids := b.TokenIDs()

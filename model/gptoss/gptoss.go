@@ -232,11 +232,9 @@ func (m *Model) Close() {
 // vocab]. The returned array belongs to f.
 func (m *Model) Forward(f *mlx.Frame, b *kvpool.Batch) mlx.Array {
 	c := m.cfg
-	for _, id := range b.Tokens {
-		if id < 0 || int(id) >= c.Vocab {
-			f.Fail(fmt.Errorf("gptoss: token id %d outside vocabulary of %d", id, c.Vocab))
-			return mlx.Array{}
-		}
+	if err := b.CheckTokens(c.Vocab); err != nil {
+		f.Fail(fmt.Errorf("gptoss: %w", err))
+		return mlx.Array{}
 	}
 	x := f.AsType(m.embed.Embed(f, b.TokenIDs()), c.ActDType) // [1, N, hidden]
 	for li := range m.layers {

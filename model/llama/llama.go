@@ -92,11 +92,9 @@ func (m *Model) Close() { m.freqs.Free() }
 // logits at b's logit rows, [rows, vocab].
 func (m *Model) Forward(f *mlx.Frame, b *kvpool.Batch) mlx.Array {
 	c := m.cfg
-	for _, id := range b.Tokens {
-		if id < 0 || int(id) >= c.Vocab {
-			f.Fail(fmt.Errorf("llama: token id %d outside vocabulary of %d", id, c.Vocab))
-			return mlx.Array{}
-		}
+	if err := b.CheckTokens(c.Vocab); err != nil {
+		f.Fail(fmt.Errorf("llama: %w", err))
+		return mlx.Array{}
 	}
 	x := f.AsType(m.embed.Embed(f, b.TokenIDs()), c.ActDType) // [1, N, hidden]
 	for li := range m.layers {
