@@ -188,28 +188,18 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 			}
 			b.WriteString("\n")
 		}
-		first := true
-		for _, l := range t.Levels {
-			if l.Summary.Failed == 0 {
-				continue
+		listLevels(&b, t.Levels, "Failures:", func(s Summary) string {
+			if s.Failed == 0 {
+				return ""
 			}
-			if first {
-				b.WriteString("\nFailures:\n\n")
-				first = false
+			return fmt.Sprintf("%d of %d (%s)", s.Failed, s.Requests, failureCounts(s))
+		})
+		listLevels(&b, t.Levels, "Sent again on a fresh connection (the connection broke before any response; timed from the last attempt):", func(s Summary) string {
+			if s.Retries == 0 {
+				return ""
 			}
-			fmt.Fprintf(&b, "- %s: %d of %d (%s)\n", l.Level.Label(), l.Summary.Failed, l.Summary.Requests, failureCounts(l.Summary))
-		}
-		first = true
-		for _, l := range t.Levels {
-			if l.Summary.Retries == 0 {
-				continue
-			}
-			if first {
-				b.WriteString("\nSent again on a fresh connection (the connection broke before any response; timed from the last attempt):\n\n")
-				first = false
-			}
-			fmt.Fprintf(&b, "- %s: %s\n", l.Level.Label(), retries(l.Summary.Retries))
-		}
+			return retries(s.Retries)
+		})
 	}
 	for _, c := range Compare(r) {
 		fmt.Fprintf(&b, "\n## Ratios: %s / %s\n\n", cell(c.Base), cell(c.Other))
@@ -252,6 +242,23 @@ func goodput(s Summary, slo SLO) string {
 		return "-"
 	}
 	return strconv.FormatFloat(s.Goodput, 'f', 2, 64)
+}
+
+// listLevels writes heading and a "- level: text" line for every level
+// whose line is not empty; nothing when none has one.
+func listLevels(b *strings.Builder, levels []LevelResult, heading string, line func(Summary) string) {
+	first := true
+	for _, l := range levels {
+		text := line(l.Summary)
+		if text == "" {
+			continue
+		}
+		if first {
+			fmt.Fprintf(b, "\n%s\n\n", heading)
+			first = false
+		}
+		fmt.Fprintf(b, "- %s: %s\n", l.Level.Label(), text)
+	}
 }
 
 // retries counts retries in words: "1 retry", "3 retries".
