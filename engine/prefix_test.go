@@ -1,0 +1,152 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/goprovider/provider/cache"
+	"github.com/goprovider/provider/engine"
+	"github.com/goprovider/provider/engine/enginetest"
+	"github.com/goprovider/provider/kvpool"
+)
+
+// prefixModels are the checkpoints the prefix cache must be exact on: full
+// attention only (SmolLM2), sliding window 512 with full layers (Gemma 3
+// 270M, prompts longer than its window), alternating window and full
+// layers with sinks (tiny gpt-oss) and sliding, full and KV-shared layers
+// (tiny Gemma 4).
+var prefixModels = []struct {
+	name, path string
+	// prompt is the length of the shared prompts; long enough to span
+	// several blocks and, for Gemma 3, to adopt more than its 512-token
+	// window.
+	prompt int
+}{
+	{"smollm2", enginetest.SmolLM2(), 600},
+	{"gemma3", enginetest.Gemma3(), 800},
+	{"gptoss-tiny", enginetest.GPTOSSTiny(), 700},
+	{"gemma4-tiny", enginetest.Gemma4Tiny(), 700},
+}
+
+// randomPrompt is n token ids drawn with seed below vocab, avoiding the
+// first ids (special tokens).
+func randomPrompt(seed uint64, n, vocab int) []int32 {
+	r := rand.New(rand.NewPCG(seed, 7))
+	out := make([]int32, n)
+	for i := range out {
+		out[i] = int32(10 + r.IntN(vocab-10))
+	}
+	return out
+}
+
+// gen runs one greedy generation of 12 tokens and returns its tokens and
+// usage.
+func gen(t *testing.T, e *engine.Engine, id string, prompt []int32, scope cache.Scope) ([]int32, engine.Usage) {
+	t.Helper()
+	ch, err := e.Submit(context.Background(), engine.Generation{ID: engine.RequestID(id), Prompt: prompt, MaxTokens: 12,
+		TopLogprobs: -1, IgnoreEOS: true, CacheScope: scope})
+	if err != nil {
+		t.Fatal(err)
+	}
+	toks, last := enginetest.Collect(ch)
+	if last.Kind != engine.EventFinished {
+		t.Fatalf("%s: ended with %+v", id, last)
+	}
+	return toks, last.Usage
+}
+
+// TestPrefixCacheIsExact runs prompts that share blocks through an engine
+// with the prefix cache and checks every greedy output against the same
+// prompt on an engine without it: byte-identical tokens, on a repeat, on a
+// prompt that shares only its first blocks, and on a hit row batched with
+// cold rows; cached_tokens is exactly the adopted blocks' tokens.
+func TestPrefixCacheIsExact(t *testing.T) {
+	for _, tc := range prefixModels {
+		t.Run(tc.name, func(t *testing.T) {
+			cold, m := enginetest.Start(t, tc.path, engine.Options{KVCapacity: 512 << 20, Sched: engine.Config{MaxConcurrent: 4}})
+			warm, _ := enginetest.Start(t, tc.path, engine.Options{KVCapacity: 512 << 20, Sched: engine.Config{MaxConcurrent: 4},
+				Prefix: engine.PrefixOptions{Budget: 256 << 20}})
+			vocab := m.Config.Vocab
+			a := randomPrompt(1, tc.prompt, vocab)
+			// b shares a's first two blocks and one token more, then differs.
+			b := append(slices.Clone(a[:2*kvpool.BlockTokens+1]), randomPrompt(2, tc.prompt/2, vocab)...)
+			want := map[string][]int32{}
+			for name, p := range map[string][]int32{"a": a, "b": b} {
+				want[name], _ = gen(t, cold, "cold-"+name, p, cache.NoScope)
+			}
+			full := (tc.prompt - 1) / kvpool.BlockTokens * kvpool.BlockTokens
+			for _, step := range []struct {
+				id, prompt string
+				cached     int
+			}{
+				{"first", "a", 0},
+				{"repeat", "a", full},
+				{"branch", "b", 2 * kvpool.BlockTokens},
+			} {
+				p := a
+				if step.prompt == "b" {
+					p = b
+				}
+				got, usage := gen(t, warm, step.id, p, cache.NoScope)
+				if !slices.Equal(got, want[step.prompt]) {
+					t.Errorf("%s: tokens %v, cold run gave %v", step.id, got, want[step.prompt])
+				}
+				if usage.CachedTokens != step.cached {
+					t.Errorf("%s: cached_tokens %d, want %d", step.id, usage.CachedTokens, step.cached)
+				}
+			}
+			// A hit row batched with two cold rows.
+			c1, c2 := randomPrompt(3, 100, vocab), randomPrompt(4, 300, vocab)
+			wantC1, _ := gen(t, cold, "cold-c1", c1, cache.NoScope)
+			wantC2, _ := gen(t, cold, "cold-c2", c2, cache.NoScope)
+			var wg sync.WaitGroup
+			results := make([][]int32, 3)
+			usages := make([]engine.Usage, 3)
+			for i, p := range [][]int32{a, c1, c2} {
+				wg.Go(func() { results[i], usages[i] = gen(t, warm, fmt.Sprint("mixed", i), p, cache.NoScope) })
+			}
+			wg.Wait()
+			for i, w := range [][]int32{want["a"], wantC1, wantC2} {
+				if !slices.Equal(results[i], w) {
+					t.Errorf("mixed row %d: tokens %v, cold run gave %v", i, results[i], w)
+				}
+			}
+			if usages[0].CachedTokens != full || usages[1].CachedTokens != 0 || usages[2].CachedTokens != 0 {
+				t.Errorf("mixed rows cached_tokens %d %d %d, want %d 0 0", usages[0].CachedTokens, usages[1].CachedTokens, usages[2].CachedTokens, full)
+			}
+			st, on := warm.CacheStats()
+			if !on || st.Hits < 3 || st.Entries == 0 || st.Bytes > st.Budget {
+				t.Errorf("cache stats %+v (on %v)", st, on)
+			}
+		})
+	}
+}
+
+// TestPrefixCacheScopes checks that scopes never share: a salted prompt is
+// not found under another salt nor without one, and an unsalted prompt is
+// not found under a salt.
+func TestPrefixCacheScopes(t *testing.T) {
+	e, m := enginetest.Start(t, enginetest.SmolLM2(), engine.Options{KVCapacity: 256 << 20, Prefix: engine.PrefixOptions{Budget: 128 << 20}})
+	p := randomPrompt(9, 600, m.Config.Vocab)
+	alice, bob := cache.SaltScope("alice", ""), cache.SaltScope("", "alice")
+	for _, step := range []struct {
+		id     string
+		scope  cache.Scope
+		cached int
+	}{
+		{"alice-cold", alice, 0},
+		{"bob", bob, 0},
+		{"nobody", cache.NoScope, 0},
+		{"alice-warm", alice, 512},
+		{"nobody-warm", cache.NoScope, 512},
+		{"bob-warm", bob, 512},
+	} {
+		if _, usage := gen(t, e, step.id, p, step.scope); usage.CachedTokens != step.cached {
+			t.Errorf("%s: cached_tokens %d, want %d", step.id, usage.CachedTokens, step.cached)
+		}
+	}
+}
