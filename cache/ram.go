@@ -345,9 +345,15 @@ func (x *Index) Evict() {
 					progress = true
 				}
 			}
-			if over > 0 && e.children == 0 && x.soleHeld(e) {
+			// A dropped leaf may leave its parent a leaf: it goes next, so
+			// one stale chain goes whole before a fresher one loses blocks.
+			for e != nil && over > 0 && e.children == 0 && x.soleHeld(e) {
 				over -= x.drop(e)
 				progress = true
+				if e.root {
+					break
+				}
+				e = x.entries[e.parent]
 			}
 		}
 	}

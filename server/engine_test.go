@@ -234,3 +234,58 @@ func TestOpenAIPythonClient(t *testing.T) {
 	}
 	t.Logf("%s", out)
 }
+
+// TestRealPrefixCacheUsage sends one long token prompt through the real
+// engine with a prefix cache: the first answer reports no cached tokens,
+// the repeat (streamed) its one whole block, another user's repeat none,
+// and /metrics counts the hit and the misses.
+func TestRealPrefixCacheUsage(t *testing.T) {
+	h, _ := realServer(t, engine.Options{Prefix: engine.PrefixOptions{Budget: 16 << 20}})
+	ids := make([]string, 300)
+	for i := range ids {
+		ids[i] = fmt.Sprint(3 + i%400)
+	}
+	prompt := "[" + strings.Join(ids, ",") + "]"
+	cached := func(body []byte) float64 {
+		t.Helper()
+		var r struct {
+			Usage struct {
+				Details struct {
+					Cached float64 `json:"cached_tokens"`
+				} `json:"prompt_tokens_details"`
+			} `json:"usage"`
+		}
+		if err := json.Unmarshal(body, &r); err != nil {
+			t.Fatalf("%v: %s", err, body)
+		}
+		return r.Usage.Details.Cached
+	}
+	status, body := h.post(t, "/v1/completions", `{"model":"stories","prompt":`+prompt+`,"max_tokens":4,"user":"u1"}`)
+	if status != 200 || cached(body) != 0 {
+		t.Fatalf("cold: status %d, body %s", status, body)
+	}
+	status, body = h.post(t, "/v1/completions", `{"model":"stories","prompt":`+prompt+`,"max_tokens":4,"user":"u1","stream":true,"stream_options":{"include_usage":true}}`)
+	if status != 200 {
+		t.Fatalf("warm: status %d, body %s", status, body)
+	}
+	var usageChunk []byte
+	for line := range strings.Lines(string(body)) {
+		if data, ok := strings.CutPrefix(strings.TrimSpace(line), "data: "); ok && strings.Contains(data, `"usage":{`) {
+			usageChunk = []byte(data)
+		}
+	}
+	if got := cached(usageChunk); got != 256 {
+		t.Fatalf("warm streamed usage: cached_tokens %v, want 256: %s", got, usageChunk)
+	}
+	status, body = h.post(t, "/v1/completions", `{"model":"stories","prompt":`+prompt+`,"max_tokens":4,"prompt_cache_key":"other"}`)
+	if status != 200 || cached(body) != 0 {
+		t.Fatalf("other scope: status %d, body %s", status, body)
+	}
+	_, metrics := h.get(t, "/metrics")
+	for _, want := range []string{`provider_prefix_cache_hits_total{model="stories"} 1`, `provider_prefix_cache_misses_total{model="stories"} 2`,
+		`provider_prefix_cache_tokens_saved_total{model="stories"} 256`} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package server
 import (
 	"bufio"
 	"fmt"
+	"github.com/goprovider/provider/cache"
 	"io"
 	"slices"
 	"strconv"
@@ -106,6 +107,15 @@ func (m *metrics) finish(endpoint string, status int, class string, t timing) {
 type modelStats struct {
 	name  string
 	stats engine.Stats
+	// cache is the prefix cache's counters; cacheOn is false when the
+	// model has none.
+	cache   cache.Stats
+	cacheOn bool
+}
+
+// prefixCacher is a generator with a prefix cache (the engine).
+type prefixCacher interface {
+	CacheStats() (cache.Stats, bool)
 }
 
 // write renders every series in the Prometheus text format, in a fixed
@@ -132,6 +142,7 @@ func (m *metrics) write(w io.Writer, engines []modelStats) error {
 	gauge("provider_kv_bytes_per_token", "KV cache bytes one token costs.", func(s engine.Stats) int64 { return s.KVBytesPerToken })
 	counter("provider_preemptions_total", "Generations preempted to free KV cache.", func(s engine.Stats) uint64 { return s.Preemptions })
 	counter("provider_engine_steps_total", "Engine steps executed.", func(s engine.Stats) uint64 { return s.Steps })
+	writePrefixCache(b, engines)
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -195,6 +206,31 @@ func (m *metrics) write(w io.Writer, engines []modelStats) error {
 		fmt.Fprintf(b, "provider_request_errors_total{class=%s,fault=%s} %d\n", quote(c), quote(fault), m.errors[c])
 	}
 	return b.Flush()
+}
+
+// writePrefixCache renders the prefix cache series of the models that have
+// one (nothing when none has).
+func writePrefixCache(b io.Writer, engines []modelStats) {
+	if !slices.ContainsFunc(engines, func(e modelStats) bool { return e.cacheOn }) {
+		return
+	}
+	series := func(name, typ, help string, value func(cache.Stats) uint64) {
+		header(b, name, typ, help)
+		for _, e := range engines {
+			if e.cacheOn {
+				fmt.Fprintf(b, "%s{model=%s} %d\n", name, quote(e.name), value(e.cache))
+			}
+		}
+	}
+	series("provider_prefix_cache_hits_total", "counter", "Admissions that adopted cached prefix blocks.", func(s cache.Stats) uint64 { return s.Hits })
+	series("provider_prefix_cache_misses_total", "counter", "Admissions that found no cached prefix block.", func(s cache.Stats) uint64 { return s.Misses })
+	series("provider_prefix_cache_tokens_saved_total", "counter", "Prompt tokens adopted from the cache instead of computed.", func(s cache.Stats) uint64 { return s.TokensSaved })
+	series("provider_prefix_cache_evictions_total", "counter", "Cached blocks let go to stay within the budget.", func(s cache.Stats) uint64 { return s.Evicted })
+	series("provider_prefix_cache_collisions_total", "counter", "Cache keys found holding other tokens (never used).", func(s cache.Stats) uint64 { return s.Collisions })
+	series("provider_prefix_cache_entries", "gauge", "Blocks the prefix cache indexes.", func(s cache.Stats) uint64 { return uint64(s.Entries) })
+	series("provider_prefix_cache_bytes", "gauge", "Bytes of cached blocks no running generation holds (bounded by the budget).", func(s cache.Stats) uint64 { return uint64(s.Bytes) })
+	series("provider_prefix_cache_shared_bytes", "gauge", "Bytes of cached blocks running generations also hold.", func(s cache.Stats) uint64 { return uint64(s.SharedBytes) })
+	series("provider_prefix_cache_budget_bytes", "gauge", "The prefix cache's byte budget.", func(s cache.Stats) uint64 { return uint64(s.Budget) })
 }
 
 func header(w io.Writer, name, typ, help string) {

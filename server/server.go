@@ -268,7 +268,11 @@ func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
 func (s *Server) serveMetrics(w http.ResponseWriter, _ *http.Request) {
 	var engines []modelStats
 	for _, m := range s.graph.Models() {
-		engines = append(engines, modelStats{name: m.Name, stats: m.Generator.Stats()})
+		ms := modelStats{name: m.Name, stats: m.Generator.Stats()}
+		if c, ok := m.Generator.(prefixCacher); ok {
+			ms.cache, ms.cacheOn = c.CacheStats()
+		}
+		engines = append(engines, ms)
 	}
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	_ = s.metrics.write(w, engines)

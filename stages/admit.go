@@ -2,6 +2,7 @@ package stages
 
 import (
 	"context"
+	"github.com/goprovider/provider/cache"
 	"unicode"
 	"unicode/utf8"
 
@@ -79,6 +80,7 @@ func (Admit) Apply(_ context.Context, req *Request) error {
 		Sampling:    p.Sampling,
 		TopLogprobs: top,
 		IgnoreEOS:   p.IgnoreEOS,
+		CacheScope:  cache.SaltScope(p.PromptCacheKey, p.User),
 	}
 	return nil
 }

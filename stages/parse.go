@@ -52,7 +52,7 @@ func (Parse) Name() string { return "parse" }
 var commonKeys = []string{
 	"model", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "logprobs",
 	"stream", "stream_options", "n", "user", "frequency_penalty", "presence_penalty", "logit_bias",
-	"ignore_eos",
+	"ignore_eos", "prompt_cache_key",
 }
 
 var (
@@ -259,6 +259,9 @@ func parseCommon(f fields, p *Params) error {
 		return invalid(CodeUnsupported, "n")
 	}
 	if _, err := get(f, "user", &p.User); err != nil {
+		return err
+	}
+	if _, err := get(f, "prompt_cache_key", &p.PromptCacheKey); err != nil {
 		return err
 	}
 	for _, name := range []string{"frequency_penalty", "presence_penalty"} {

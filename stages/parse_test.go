@@ -28,6 +28,7 @@ func TestParseRejects(t *testing.T) {
 		{"missing model", Chat, `{"messages":[{"role":"user","content":"hi"}]}`, CodeMissing, "model", false},
 		{"model wrong type", Chat, `{"model":7,"messages":[]}`, CodeInvalidType, "model", false},
 		{"unknown model", Chat, `{"model":"gpt-secret-name","messages":[{"role":"user","content":"hi"}]}`, "", "", true},
+		{"prompt_cache_key wrong type", Chat, `{"model":"stories","messages":[{"role":"user","content":"hi"}],"prompt_cache_key":5}`, CodeInvalidType, "prompt_cache_key", false},
 		{"missing messages", Chat, `{"model":"stories"}`, CodeMissing, "messages", false},
 		{"empty messages", Chat, `{"model":"stories","messages":[]}`, CodeInvalidValue, "messages", false},
 		{"messages wrong type", Chat, `{"model":"stories","messages":"hi"}`, CodeInvalidType, "messages", false},
@@ -152,6 +153,11 @@ func TestParseAccepts(t *testing.T) {
 			"ignore_eos", Completion,
 			`{"model":"stories","prompt":"Once","ignore_eos":true}`,
 			Params{Model: "stories", Prompt: "Once", Sampling: sample.Params{TopP: 1}, IgnoreEOS: true},
+		},
+		{
+			"prompt_cache_key", Chat,
+			`{"model":"stories","messages":[{"role":"user","content":"hi"}],"prompt_cache_key":"tenant-7","user":"u2"}`,
+			Params{Model: "stories", Messages: []Message{{Role: "user", Content: "hi"}}, Sampling: sample.Params{TopP: 1}, PromptCacheKey: "tenant-7", User: "u2"},
 		},
 		{
 			"token completion", Completion,

@@ -104,7 +104,11 @@ type Params struct {
 	// until MaxTokens or a stop string (ignore_eos, as vLLM and llama.cpp
 	// accept it: benchmarks use it to fix output lengths).
 	IgnoreEOS bool
-	User      string
+	// User and PromptCacheKey scope the prefix cache: prompt_cache_key
+	// when present, else user, salts it (cache.SaltScope); requests with
+	// different salts never share cached blocks.
+	User           string
+	PromptCacheKey string
 	// ReasoningEffort is the chat request's reasoning_effort ("low",
 	// "medium", "high"; "" when absent), passed to the chat template.
 	ReasoningEffort string

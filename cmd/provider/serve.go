@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/goprovider/provider/cache"
 	"io"
 	"log/slog"
 	"net"
@@ -68,6 +70,7 @@ func runServe(args []string) error {
 		fmt.Sprintf("cap on running requests per model, 1 to %d (larger values are clamped); below it the KV budget decides how many run together", engine.MaxConcurrentLimit))
 	kvBytes := fs.Int64("kv-bytes", 0, "KV cache budget in bytes for all models; 0 derives it from the device's memory on a GPU, physical memory on the CPU")
 	device := fs.String("device", "auto", "auto, cpu or gpu")
+	prefixBytes := fs.Int64("prefix-cache-bytes", 0, "RAM budget of each model's prefix cache, carved out of its KV grant (the engine keeps at least 1 GiB); 0 is physical memory / 8; PROVIDER_PREFIX_CACHE=0 turns the cache off")
 	if err := fs.Parse(args); err != nil {
 		return usageError{fmt.Sprintf("serve: %v", err)}
 	}
@@ -104,10 +107,18 @@ func runServe(args []string) error {
 		}
 	}()
 	var opens []func() (*model.Model, string, uploader, error)
+	// weights names what decides each model's weights, for its prefix
+	// cache namespace: files, and a seed for dummy weights.
+	type weightSource struct {
+		extra string
+		paths []string
+	}
+	var sources []weightSource
 	if mf.isDummy() {
 		opens = append(opens, func() (*model.Model, string, uploader, error) {
 			return mf.openDummy("serve", func(msg string) { log.Info(msg) })
 		})
+		sources = append(sources, weightSource{fmt.Sprint("dummy seed ", *mf.seed), []string{*mf.dummy}})
 	} else {
 		for _, p := range strings.Split(*mf.model, ",") {
 			opens = append(opens, func() (*model.Model, string, uploader, error) {
@@ -117,6 +128,7 @@ func runServe(args []string) error {
 				}
 				return m, m.Name(), m.Upload, nil
 			})
+			sources = append(sources, weightSource{"", []string{p}})
 		}
 	}
 	budget := *kvBytes
@@ -158,11 +170,27 @@ func runServe(args []string) error {
 		httpSrv.Close()
 		return fmt.Errorf("serve: no_kv_headroom: %d bytes of KV per model, need at least %d", grant, int64(minKVGrant))
 	}
-	for _, l := range loaded {
+	prefixOn := os.Getenv("PROVIDER_PREFIX_CACHE") != "0"
+	for i, l := range loaded {
 		var err error
+		var prefix engine.PrefixOptions
+		if prefixOn {
+			layout := engine.LayoutOf(l.net.Config())
+			prefix.Budget = prefixBudget(*prefixBytes, physicalMemory(), grant, layout.SequenceBytes(cache.BlockTokens))
+			if prefix.Budget > 0 {
+				if prefix.Namespace, err = prefixNamespace(sources[i].extra, sources[i].paths, l.net.Config()); err != nil {
+					httpSrv.Close()
+					return fmt.Errorf("serve: %s: %w", l.name, err)
+				}
+			}
+			log.Info("prefix cache", "model", l.name, "ram_bytes", prefix.Budget, "on", prefix.Budget > 0)
+		} else {
+			log.Info("prefix cache off (PROVIDER_PREFIX_CACHE=0)", "model", l.name)
+		}
 		l.eng, err = engine.New(l.net, l.th, l.s, engine.Options{
 			Sched:      engine.Config{MaxConcurrent: conc},
 			KVCapacity: grant,
+			Prefix:     prefix,
 		})
 		if err != nil {
 			httpSrv.Close()
@@ -184,6 +212,8 @@ func runServe(args []string) error {
 		log.Info("model ready", "model", l.name, "kv_bytes", grant, "weight_bytes", l.w.Bytes(), "max_concurrent", conc)
 	}
 	srv.SetLoading(false)
+	stopStats := logCacheStats(log, loaded, cacheStatsEvery)
+	defer stopStats()
 
 	// Loading initialized the backend's libraries; some replace the Go
 	// runtime's handlers for termination signals.
@@ -218,6 +248,11 @@ func loadModel(open func() (*model.Model, string, uploader, error), device strin
 		if l.s, err = stream(device); err != nil {
 			return
 		}
+		if l.s.IsCPU() {
+			// MLX's CPU kernels (the experts' gathered matmuls among them)
+			// run in float32; a half-precision checkpoint is widened.
+			m.Config.ActDType = mlx.Float32
+		}
 		if l.w, err = upload(l.s); err != nil {
 			return
 		}
@@ -228,6 +263,72 @@ func loadModel(open func() (*model.Model, string, uploader, error), device strin
 		return nil, fmt.Errorf("serve: %s: %w", name, err)
 	}
 	return l, nil
+}
+
+// prefixBudget is a model's prefix cache budget: requested bytes (0:
+// physical/8), at most what leaves the engine minKVGrant of its grant, and
+// 0 (off) when that is less than one block.
+func prefixBudget(requested, physical, grant, block int64) int64 {
+	b := requested
+	if b <= 0 {
+		b = physical / 8
+	}
+	b = min(b, grant-minKVGrant)
+	if b < block {
+		return 0
+	}
+	return b
+}
+
+// prefixNamespace keys a model's cached blocks to its weights and to the
+// layout of what a block stores (activation dtype, layer geometry).
+func prefixNamespace(extra string, paths []string, cfg model.Config) (cache.Namespace, error) {
+	fp, err := cache.Fingerprint(extra, paths...)
+	if err != nil {
+		return cache.Namespace{}, err
+	}
+	h := sha256.New()
+	h.Write(fp[:])
+	fmt.Fprintf(h, "|%v|%+v", cfg.ActDType, cfg.Kinds)
+	var ns cache.Namespace
+	h.Sum(ns.WeightHash[:0])
+	ns.LayoutEpoch = prefixLayoutEpoch
+	return ns, nil
+}
+
+// prefixLayoutEpoch changes whenever what a cached block holds changes
+// meaning.
+const prefixLayoutEpoch = 1
+
+// cacheStatsEvery is how often serve logs each prefix cache's counters.
+const cacheStatsEvery = time.Minute
+
+// logCacheStats logs, every period while they change, each model's prefix
+// cache counters; the returned function stops it.
+func logCacheStats(log *slog.Logger, models []*loadedModel, period time.Duration) func() {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(period)
+		defer t.Stop()
+		last := map[string]cache.Stats{}
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			for _, l := range models {
+				st, on := l.eng.CacheStats()
+				if !on || st == last[l.name] {
+					continue
+				}
+				last[l.name] = st
+				log.Info("prefix cache stats", "model", l.name, "hits", st.Hits, "misses", st.Misses, "tokens_saved", st.TokensSaved,
+					"entries", st.Entries, "bytes", st.Bytes, "shared_bytes", st.SharedBytes, "budget", st.Budget, "evicted", st.Evicted)
+			}
+		}
+	}()
+	return func() { close(done) }
 }
 
 // concurrencyCap checks --max-concurrent: below 1 is a usage error, above

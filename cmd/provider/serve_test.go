@@ -119,3 +119,24 @@ func TestServeLogsBudgetSourceAndClamp(t *testing.T) {
 		t.Fatalf("clamp warned %v, budget source logged %v, ready %v; log:\n%s", clamped, budget, ready, strings.Join(log, "\n"))
 	}
 }
+
+func TestPrefixBudget(t *testing.T) {
+	const gib = int64(1) << 30
+	block := int64(12 << 20)
+	for _, c := range []struct {
+		name                       string
+		requested, physical, grant int64
+		want                       int64
+	}{
+		{"default is physical/8", 0, 24 * gib, 16 * gib, 3 * gib},
+		{"requested", 2 * gib, 24 * gib, 16 * gib, 2 * gib},
+		{"the engine keeps 1 GiB", 0, 64 * gib, 5 * gib, 4 * gib},
+		{"less than a block is off", 0, 24 * gib, gib + block - 1, 0},
+		{"one block", 0, 24 * gib, gib + block, block},
+		{"grant under 1 GiB", 0, 24 * gib, gib / 2, 0},
+	} {
+		if got := prefixBudget(c.requested, c.physical, c.grant, block); got != c.want {
+			t.Errorf("%s: prefixBudget = %d, want %d", c.name, got, c.want)
+		}
+	}
+}
