@@ -66,6 +66,9 @@ type Stats struct {
 	Entries            int
 	Bytes, SharedBytes int64
 	Budget             int64
+	// Disk is the SSD tier's counters when DiskOn (the engine fills them).
+	Disk   DiskStats
+	DiskOn bool
 }
 
 // Stored is a block the index registered: what the disk tier persists.

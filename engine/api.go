@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 
+	"github.com/goprovider/provider/cache"
 	"github.com/goprovider/provider/sample"
 )
 
@@ -23,6 +24,9 @@ type Generation struct {
 	Priority    int
 	// IgnoreEOS generates past end-of-sequence tokens until MaxTokens.
 	IgnoreEOS bool
+	// CacheScope is the tenant scope of the prefix cache (cache.SaltScope):
+	// only rows of the same scope share cached blocks.
+	CacheScope cache.Scope
 }
 
 // EventKind tells the three kinds of Event apart.

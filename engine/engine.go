@@ -9,6 +9,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/goprovider/provider/cache"
 	"github.com/goprovider/provider/kvpool"
 	"github.com/goprovider/provider/mlx"
 	"github.com/goprovider/provider/model"
@@ -18,8 +19,11 @@ import (
 // Options configure an Engine. Zero fields take the documented defaults.
 type Options struct {
 	Sched Config
-	// KVCapacity is the KV byte grant of this model.
+	// KVCapacity is the KV byte grant of this model, the prefix cache's
+	// budget included.
 	KVCapacity int64
+	// Prefix configures the prefix cache; a zero Budget leaves it off.
+	Prefix PrefixOptions
 	// StepTimeout marks a step as slow (default 30 s). A step that returns
 	// late still counts: its rows made progress. A step that never returns
 	// is the liveness monitor's concern, not the loop's.
@@ -51,6 +55,19 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
+// PrefixOptions configure the prefix cache (package cache's RAM tier).
+type PrefixOptions struct {
+	// Budget bounds the bytes of cached blocks no running row holds. It is
+	// carved out of KVCapacity: rows are admitted against the rest.
+	Budget int64
+	// Namespace keys the cache to the model's weights and KV layout.
+	Namespace cache.Namespace
+	// Disk, when set, is the SSD tier: every block the RAM tier registers
+	// is written behind, and a prompt's blocks missing from RAM are read
+	// back at Submit. The caller opens it and closes it after Shutdown.
+	Disk *cache.Disk
+}
+
 // LayoutOf derives the ledger's KV layout from a model's layer kinds and
 // activation dtype, charging whole blocks of the KV pool.
 func LayoutOf(c model.Config) KVLayout {
@@ -68,6 +85,10 @@ type live struct {
 	events   chan Event
 	seq      []int32     // prompt followed by every sampled token
 	emitted  int         // completion tokens delivered
+	cached   int         // tokens adopted from the prefix cache at admission
+	// staged are blocks of the prompt read from the SSD tier at Submit,
+	// put in the pool and indexed at admission.
+	staged []stagedBlock
 	kv       *kvpool.Seq // nil until the row first runs, and after preemption
 	sampler  *sample.Sampler
 	progress time.Time // last admission, prefill or decode progress
@@ -87,6 +108,8 @@ type Engine struct {
 	net model.Network
 	// pool holds every row's keys and values; only the loop touches it.
 	pool *kvpool.Pool
+	// prefix is the prefix cache over pool; nil when off. Loop only.
+	prefix *cache.Index
 
 	mu        sync.Mutex
 	sched     *Scheduler
@@ -96,7 +119,8 @@ type Engine struct {
 	stopped   bool
 	lastErr   error // why the loop stopped serving, once it has
 	slowSteps uint64
-	paused    int // rows paused for their readers at the last step
+	paused    int         // rows paused for their readers at the last step
+	cacheSt   cache.Stats // the prefix cache's counters after the last step
 
 	wake     chan struct{}
 	quit     chan struct{}
@@ -108,6 +132,13 @@ type Engine struct {
 // owned by the caller and must outlive the Engine.
 func New(net model.Network, th *mlx.Thread, s mlx.Stream, opt Options) (*Engine, error) {
 	opt = opt.withDefaults()
+	rowBytes := opt.KVCapacity
+	if opt.Prefix.Budget > 0 {
+		rowBytes -= opt.Prefix.Budget
+		if rowBytes <= 0 {
+			return nil, fmt.Errorf("engine: prefix cache budget %d leaves no KV for rows of a %d-byte grant", opt.Prefix.Budget, opt.KVCapacity)
+		}
+	}
 	var pool *kvpool.Pool
 	var err error
 	th.Do(func() { pool, err = model.NewPool(net, s, kvpool.Options{}) })
@@ -120,11 +151,19 @@ func New(net model.Network, th *mlx.Thread, s mlx.Stream, opt Options) (*Engine,
 		th:    th,
 		s:     s,
 		net:   net,
-		sched: NewScheduler(opt.Sched, LayoutOf(net.Config()), opt.KVCapacity),
+		sched: NewScheduler(opt.Sched, LayoutOf(net.Config()), rowBytes),
 		rows:  map[RequestID]*live{},
 		wake:  make(chan struct{}, 1),
 		quit:  make(chan struct{}),
 		done:  make(chan struct{}),
+	}
+	if opt.Prefix.Budget > 0 {
+		e.prefix = cache.NewIndex(pool, opt.Prefix.Namespace, opt.Prefix.Budget)
+		e.sched.SetPrefixes(enginePrefixes{e})
+		e.cacheSt = e.prefix.Stats()
+		if opt.Prefix.Disk != nil {
+			e.prefix.OnStore(e.persist)
+		}
 	}
 	go e.loop()
 	return e, nil
@@ -158,6 +197,7 @@ func (e *Engine) Submit(ctx context.Context, g Generation) (<-chan Event, error)
 		sampler:  sample.New(g.Sampling),
 		progress: e.opt.Clock.Now(),
 	}
+	l.staged = e.readStaged(g)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.draining || e.stopped {
@@ -208,10 +248,11 @@ func (e *Engine) Err() error {
 	return nil
 }
 
-// Resize changes the KV grant; shrinking never evicts a running row.
+// Resize changes the KV grant (the prefix cache's budget included);
+// shrinking never evicts a running row.
 func (e *Engine) Resize(capacity int64) {
 	e.mu.Lock()
-	e.sched.Resize(capacity)
+	e.sched.Resize(capacity - e.opt.Prefix.Budget)
 	e.mu.Unlock()
 	e.poke()
 }
@@ -252,7 +293,12 @@ func (e *Engine) poke() {
 
 func (e *Engine) loop() {
 	defer close(e.done)
-	defer e.th.Do(e.pool.Close)
+	defer e.th.Do(func() {
+		if e.prefix != nil {
+			e.prefix.Close()
+		}
+		e.pool.Close()
+	})
 	// idlePoll bounds how long an idle loop sleeps, so leases of rows that
 	// wait without progress still expire.
 	const idlePoll = time.Second
@@ -341,9 +387,9 @@ func (e *Engine) end(l *live, ev Event) {
 	if l.unwatch != nil {
 		l.unwatch()
 	}
-	l.freeSeq()
+	e.freeSeq(l)
 	if ev.Kind == EventFinished {
-		ev.Usage = Usage{PromptTokens: len(l.gen.Prompt), CompletionTokens: l.emitted}
+		ev.Usage = Usage{PromptTokens: len(l.gen.Prompt), CompletionTokens: l.emitted, CachedTokens: min(l.cached, len(l.gen.Prompt))}
 	}
 	l.events <- ev
 	close(l.events)
@@ -438,10 +484,11 @@ func (e *Engine) tick() bool {
 	}
 	for _, l := range pre {
 		if l != nil {
-			l.freeSeq()
+			e.freeSeq(l)
 		}
 	}
 	if len(batch) == 0 {
+		e.tidyCache()
 		return len(gone)+len(fins) > 0
 	}
 
@@ -449,6 +496,9 @@ func (e *Engine) tick() bool {
 	for i, w := range batch {
 		if w.l.kv == nil {
 			w.l.kv = e.pool.NewSeq()
+			if e.prefix != nil {
+				e.prefix.Track(w.l.kv, w.l.gen.CacheScope)
+			}
 		}
 		rows[i] = kvpool.Row{Seq: w.l.kv, Tokens: w.tokens, Sample: w.sample}
 	}
@@ -480,7 +530,7 @@ func (e *Engine) tick() bool {
 		l := w.l
 		if err != nil {
 			res.Failed = append(res.Failed, l.gen.ID)
-			l.freeSeq()
+			e.freeSeq(l)
 			continue
 		}
 		l.progress = after
@@ -497,6 +547,7 @@ func (e *Engine) tick() bool {
 		l.emitted++
 		l.events <- Event{Kind: EventDelta, Tokens: []int32{p.tok}, Logprobs: p.logprobs}
 	}
+	e.tidyCache()
 	e.mu.Lock()
 	locked = true
 	e.sched.Complete(res)
@@ -559,10 +610,152 @@ func (e *Engine) sampleStep(f *mlx.Frame, b *kvpool.Batch, batch []work) []pick 
 // deviceGreedy reports whether the row's token is the device's argmax.
 func (l *live) deviceGreedy() bool { return l.sampler.Greedy() && l.gen.TopLogprobs < 0 }
 
-// freeSeq returns the row's blocks to the pool.
-func (l *live) freeSeq() {
-	if l.kv != nil {
-		l.kv.Free()
-		l.kv = nil
+// freeSeq returns the row's blocks to the pool (the prefix cache keeps
+// its own references on the full ones it registered).
+func (e *Engine) freeSeq(l *live) {
+	if l.kv == nil {
+		return
 	}
+	if e.prefix != nil {
+		e.prefix.Untrack(l.kv)
+	}
+	l.kv.Free()
+	l.kv = nil
+}
+
+// tidyCache lets the prefix cache evict down to its budget once rows have
+// let go of blocks, and publishes its counters.
+func (e *Engine) tidyCache() {
+	if e.prefix == nil {
+		return
+	}
+	e.prefix.Evict()
+	st := e.prefix.Stats()
+	e.mu.Lock()
+	e.cacheSt = st
+	e.mu.Unlock()
+}
+
+// enginePrefixes is the scheduler's view of the prefix cache. Its methods
+// run inside Plan, on the loop's MLX thread with mu held.
+type enginePrefixes struct{ e *Engine }
+
+func (p enginePrefixes) Adopt(id RequestID, tokens int) int {
+	e := p.e
+	l := e.rows[id]
+	if l == nil {
+		return 0
+	}
+	e.freeSeq(l)
+	e.stage(l)
+	l.kv = e.pool.NewSeq()
+	n, err := e.prefix.Adopt(l.kv, l.gen.CacheScope, l.seq[:tokens], (tokens-1)/kvpool.BlockTokens)
+	if err != nil {
+		// The cache lost track of a block it indexed: compute instead.
+		e.prefix.Untrack(l.kv)
+		l.kv.Free()
+		l.kv = e.pool.NewSeq()
+		e.prefix.Track(l.kv, l.gen.CacheScope)
+		n = 0
+	}
+	l.cached = n
+	return n
+}
+
+func (p enginePrefixes) Drop(id RequestID) {
+	if l := p.e.rows[id]; l != nil {
+		p.e.freeSeq(l)
+		l.cached = 0
+	}
+}
+
+// CacheStats is the prefix cache's counters after the last step (and the
+// SSD tier's now); ok is false when the cache is off.
+func (e *Engine) CacheStats() (st cache.Stats, ok bool) {
+	e.mu.Lock()
+	st, ok = e.cacheSt, e.prefix != nil
+	e.mu.Unlock()
+	if d := e.opt.Prefix.Disk; ok && d != nil {
+		st.Disk, st.DiskOn = d.Stats(), true
+	}
+	return st, ok
+}
+
+// stagedBlock is one prompt block read back from the SSD tier.
+type stagedBlock struct {
+	key     uint64
+	end     int // prompt tokens up to the block's end
+	payload []byte
+}
+
+// blockMeta is what binds block files to this model and to the prefix of
+// tokens ending with the block.
+func (e *Engine) blockMeta(scope cache.Scope, prefix []int32) cache.BlockMeta {
+	ns := e.opt.Prefix.Namespace
+	return cache.BlockMeta{WeightHash: ns.WeightHash, LayoutEpoch: ns.LayoutEpoch, BlockTokens: cache.BlockTokens,
+		Tokens: len(prefix), PrefixSHA: cache.PrefixSHA(scope, prefix)}
+}
+
+// readStaged reads from the SSD tier the prompt's blocks that follow the
+// ones the RAM tier holds, up to the first miss (any goroutine: the
+// submitter pays for its own disk reads).
+func (e *Engine) readStaged(g Generation) []stagedBlock {
+	d := e.opt.Prefix.Disk
+	if e.prefix == nil || d == nil || len(g.Prompt) <= cache.BlockTokens {
+		return nil
+	}
+	keys := cache.Chain(e.opt.Prefix.Namespace, g.CacheScope, g.Prompt, (len(g.Prompt)-1)/cache.BlockTokens)
+	var out []stagedBlock
+	for j, key := range keys {
+		if len(out) == 0 && e.prefix.Has(key) {
+			continue
+		}
+		end := (j + 1) * cache.BlockTokens
+		payload, ok := d.Get(g.CacheScope, key, e.blockMeta(g.CacheScope, g.Prompt[:end]))
+		if !ok {
+			break
+		}
+		out = append(out, stagedBlock{key: key, end: end, payload: payload})
+	}
+	return out
+}
+
+// stage puts a row's blocks read from disk into the pool and the RAM tier,
+// in chain order, stopping at the first that cannot go in. Loop only.
+func (e *Engine) stage(l *live) {
+	staged := l.staged
+	l.staged = nil
+	if len(staged) == 0 {
+		return
+	}
+	f := mlx.NewFrame(e.s)
+	defer f.Free()
+	for _, b := range staged {
+		if e.prefix.Has(b.key) {
+			continue
+		}
+		blocks, err := e.pool.AllocBlock()
+		if err != nil {
+			return
+		}
+		if e.pool.WriteBlock(f, blocks, b.payload) != nil || !e.prefix.Insert(l.gen.CacheScope, b.key, l.gen.Prompt[:b.end], blocks) {
+			for g, id := range blocks {
+				e.pool.Release(g, id)
+			}
+			return
+		}
+	}
+}
+
+// persist is the RAM tier's store hook: it copies the block out of the
+// pool and hands it to the SSD tier's write-behind queue. Loop only.
+func (e *Engine) persist(b cache.Stored) {
+	d := e.opt.Prefix.Disk
+	f := mlx.NewFrame(e.s)
+	defer f.Free()
+	payload, err := e.pool.ReadBlock(f, b.Blocks)
+	if err != nil {
+		return
+	}
+	d.Put(b.Scope, b.Key, e.blockMeta(b.Scope, b.Prefix), payload)
 }

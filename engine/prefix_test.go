@@ -3,7 +3,10 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -149,4 +152,77 @@ func TestPrefixCacheScopes(t *testing.T) {
 			t.Errorf("%s: cached_tokens %d, want %d", step.id, usage.CachedTokens, step.cached)
 		}
 	}
+}
+
+// TestPrefixCacheSSDTier writes a prompt's blocks through the SSD tier,
+// restarts (a new engine and a reopened tier): the first request adopts
+// them from disk with output identical to the cold run; then every block
+// file is damaged, and a third start computes the prompt again (a miss per
+// file, never wrong output).
+func TestPrefixCacheSSDTier(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "model")
+	ns := cache.Namespace{WeightHash: [32]byte{7}, LayoutEpoch: 1}
+	start := func() (*engine.Engine, *cache.Disk, int) {
+		d, err := cache.OpenDisk(cache.DiskOptions{Dir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, m := enginetest.Start(t, enginetest.SmolLM2(), engine.Options{KVCapacity: 256 << 20,
+			Prefix: engine.PrefixOptions{Budget: 128 << 20, Namespace: ns, Disk: d}})
+		return e, d, m.Config.Vocab
+	}
+	stop := func(e *engine.Engine, d *cache.Disk) {
+		e.Shutdown(context.Background())
+		d.Flush()
+		if err := d.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e, d, vocab := start()
+	p := randomPrompt(11, 600, vocab)
+	want, usage := gen(t, e, "cold", p, cache.NoScope)
+	if usage.CachedTokens != 0 {
+		t.Fatalf("cold run: cached_tokens %d", usage.CachedTokens)
+	}
+	stop(e, d)
+
+	e, d, _ = start()
+	got, usage := gen(t, e, "restarted", p, cache.NoScope)
+	if !slices.Equal(got, want) || usage.CachedTokens != 2*kvpool.BlockTokens {
+		t.Errorf("after a restart: tokens %v (cold %v), cached_tokens %d, want %d", got, want, usage.CachedTokens, 2*kvpool.BlockTokens)
+	}
+	if st := d.Stats(); st.Hits != 2 {
+		t.Errorf("disk tier hits %d, want 2 (%+v)", st.Hits, st)
+	}
+	stop(e, d)
+
+	var files []string
+	err := filepath.WalkDir(dir, func(path string, de fs.DirEntry, err error) error {
+		if err == nil && de.Type().IsRegular() {
+			files = append(files, path)
+		}
+		return err
+	})
+	if err != nil || len(files) < 2 {
+		t.Fatalf("block files %v (%v)", files, err)
+	}
+	for _, path := range files {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b[len(b)/2] ^= 0x10
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e, d, _ = start()
+	got, usage = gen(t, e, "damaged", p, cache.NoScope)
+	if !slices.Equal(got, want) || usage.CachedTokens != 0 {
+		t.Errorf("damaged files: tokens %v (cold %v), cached_tokens %d, want 0", got, want, usage.CachedTokens)
+	}
+	if st := d.Stats(); st.Hits != 0 || st.MissAuth == 0 {
+		t.Errorf("damaged files: disk stats %+v", st)
+	}
+	stop(e, d)
 }

@@ -252,6 +252,7 @@ type Scheduler struct {
 
 	inflight []*entry // the last plan's work, until Complete
 	nextSeq  uint64
+	prefixes Prefixes
 
 	preemptions uint64
 	steps       uint64
@@ -267,6 +268,22 @@ func NewScheduler(cfg Config, layout KVLayout, capacityBytes int64) *Scheduler {
 		rows:   map[RequestID]*row{},
 	}
 }
+
+// Prefixes is a prefix cache as admission sees it: a row may start past the
+// part of its sequence whose keys and values are cached.
+type Prefixes interface {
+	// Adopt gives the row being admitted the longest cached prefix of the
+	// first tokens tokens of its sequence that leaves the last one to
+	// compute, and returns how many tokens that prefix holds (0: none).
+	Adopt(id RequestID, tokens int) int
+	// Drop takes back what Adopt gave when the admission does not go
+	// through.
+	Drop(id RequestID)
+}
+
+// SetPrefixes makes admission consult p (nil: no prefix cache). A row with
+// multimodal spans never adopts a prefix.
+func (s *Scheduler) SetPrefixes(p Prefixes) { s.prefixes = p }
 
 // Submit queues a request at the back of the waiting queue. It rejects an
 // empty id (ErrInvalidID), a non-positive prompt (ErrEmptyPrompt), spans
@@ -551,8 +568,16 @@ func (s *Scheduler) admit(p *planner) {
 			s.finish(r, FinishKVExhausted)
 			continue
 		}
+		adopted := s.prefixes != nil && len(r.spans) == 0
+		if adopted {
+			r.kv = s.prefixes.Adopt(r.req.ID, r.target())
+		}
 		n, ok := s.chunk(r, p.left(), p.firstPrefill())
 		if !ok || !s.ledger.TryCharge(r.req.ID, s.layout.SequenceBytes(r.kv+n)) {
+			if adopted {
+				s.prefixes.Drop(r.req.ID)
+				r.kv = 0
+			}
 			return
 		}
 		s.waiting = s.waiting[1:]

@@ -144,8 +144,16 @@ func (b *Batch) SampleIndex() mlx.Array {
 // evaluated without error.
 func (b *Batch) Commit() {
 	for _, row := range b.rows {
-		row.Seq.n += len(row.Tokens)
-		row.Seq.trim()
+		s := row.Seq
+		before := s.n
+		s.toks = append(s.toks[:s.n], row.Tokens...)
+		s.n += len(row.Tokens)
+		if b.p.onFull != nil {
+			for j := before / BlockTokens; j < s.n/BlockTokens; j++ {
+				b.p.onFull(s, j)
+			}
+		}
+		s.trim()
 	}
 }
 

@@ -47,6 +47,9 @@ type Pool struct {
 	group  []int // per layer, sharing layers included
 	groups []*group
 	k, v   []mlx.Array // per layer; invalid for sharing layers
+	// onFull is told of every block a step fills, before sliding groups
+	// let go of it (see SetOnFull).
+	onFull func(s *Seq, block int)
 }
 
 // group is the block allocator of the layers with one window.
@@ -156,6 +159,44 @@ func (p *Pool) alloc(gi int) (int32, error) {
 	return b, nil
 }
 
+// Retain adds a reference to block b of group g: a holder other than a
+// sequence (the prefix cache) keeps it allocated.
+func (p *Pool) Retain(g int, b int32) {
+	if p.groups[g].refs[b] <= 0 {
+		panic(fmt.Sprintf("kvpool: block %d of group %d retained while free", b, g))
+	}
+	p.groups[g].refs[b]++
+}
+
+// Release drops a reference Retain added.
+func (p *Pool) Release(g int, b int32) { p.release(g, b) }
+
+// Refs is how many holders block b of group g has.
+func (p *Pool) Refs(g int, b int32) int { return int(p.groups[g].refs[b]) }
+
+// Group describes one block allocator: the window of its layers (0: full
+// attention), the blocks a sequence keeps between steps (RingBlocks; 0:
+// all) and the bytes of one block across its layers.
+type Group struct {
+	Window, Ring int
+	BlockBytes   int64
+}
+
+// Groups describes the pool's groups in order; a block id is per group.
+func (p *Pool) Groups() []Group {
+	out := make([]Group, len(p.groups))
+	for i, g := range p.groups {
+		out[i] = Group{Window: g.window, Ring: g.ring, BlockBytes: g.blockBytes}
+	}
+	return out
+}
+
+// SetOnFull registers fn to be told, at each Commit, of every logical block
+// the step filled (all BlockTokens positions stored), before sliding groups
+// let go of it: fn may Retain the block's physical blocks (Seq.Block) to
+// keep them past the sequence's hold. nil unregisters.
+func (p *Pool) SetOnFull(fn func(s *Seq, block int)) { p.onFull = fn }
+
 // release drops a reference; the last one returns the block.
 func (p *Pool) release(gi int, b int32) {
 	g := p.groups[gi]
@@ -212,6 +253,8 @@ type Seq struct {
 	n    int
 	tab  [][]int32
 	live []int // per group: first logical block still held
+	// toks are the token ids whose keys and values the sequence stores.
+	toks []int32
 }
 
 // NewSeq returns an empty sequence.
@@ -221,6 +264,69 @@ func (p *Pool) NewSeq() *Seq {
 
 // Len is the number of tokens the sequence has stored.
 func (s *Seq) Len() int { return s.n }
+
+// Tokens are the ids of the tokens the sequence has stored, in order. The
+// slice is the sequence's own: read it, do not keep it across steps.
+func (s *Seq) Tokens() []int32 { return s.toks[:s.n] }
+
+// Block is, per group, the physical block holding logical block j (its
+// positions j*BlockTokens ..), -1 where a sliding group has let it go.
+func (s *Seq) Block(j int) []int32 {
+	out := make([]int32, len(s.tab))
+	for g, tab := range s.tab {
+		out[g] = -1
+		if j < len(tab) && j >= s.live[g] {
+			out[g] = tab[j]
+		}
+	}
+	return out
+}
+
+// Adopt makes an empty sequence hold the keys and values of tokens, whose
+// len(blocks) = len(tokens)/BlockTokens whole blocks are stored already:
+// blocks[j] is Block(j) of their holder. The sequence takes a reference on
+// what it keeps between steps (every block of a full-attention group, the
+// newest Ring blocks of a sliding group, which must be present); its next
+// step continues at position len(tokens).
+func (s *Seq) Adopt(tokens []int32, blocks [][]int32) error {
+	if s.n != 0 || len(s.toks) != 0 {
+		return errors.New("kvpool: Adopt into a sequence that holds tokens")
+	}
+	if len(tokens) != len(blocks)*BlockTokens {
+		return fmt.Errorf("kvpool: Adopt of %d tokens in %d blocks", len(tokens), len(blocks))
+	}
+	k := len(blocks)
+	for g, gr := range s.p.groups {
+		first := 0
+		if gr.ring > 0 {
+			first = max(0, k-gr.ring)
+		}
+		for j := first; j < k; j++ {
+			if len(blocks[j]) != len(s.p.groups) || blocks[j][g] < 0 || s.p.groups[g].refs[blocks[j][g]] <= 0 {
+				return fmt.Errorf("kvpool: Adopt: block %d of group %d is not held", j, g)
+			}
+		}
+	}
+	for g, gr := range s.p.groups {
+		first := 0
+		if gr.ring > 0 {
+			first = max(0, k-gr.ring)
+		}
+		s.tab[g] = s.tab[g][:0]
+		for j := range k {
+			b := int32(-1)
+			if j >= first {
+				b = blocks[j][g]
+				s.p.Retain(g, b)
+			}
+			s.tab[g] = append(s.tab[g], b)
+		}
+		s.live[g] = first
+	}
+	s.toks = append(s.toks[:0], tokens...)
+	s.n = len(tokens)
+	return nil
+}
 
 // Blocks is the number of blocks the sequence holds in each group.
 func (s *Seq) Blocks() []int {
@@ -248,7 +354,7 @@ func (s *Seq) Free() {
 		}
 		s.tab[g], s.live[g] = s.tab[g][:0], 0
 	}
-	s.n = 0
+	s.n, s.toks = 0, s.toks[:0]
 }
 
 // reserve allocates the blocks positions up to total-1 need.

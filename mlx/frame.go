@@ -579,6 +579,25 @@ func (f *Frame) ToFloat32s(a Array) []float32 {
 	return append([]float32(nil), unsafe.Slice((*float32)(unsafe.Pointer(p)), c.Size())...)
 }
 
+// ToBytes evaluates a and copies out its elements' raw little-endian
+// bytes, in row-major order, whatever its dtype.
+func (f *Frame) ToBytes(a Array) []byte {
+	c := f.Contiguous(a)
+	if f.Eval(c) != nil {
+		return nil
+	}
+	n := c.Nbytes()
+	if n == 0 {
+		return []byte{}
+	}
+	p := C.mlx_array_data_uint8(c.c)
+	if p == nil {
+		f.Fail(lastError("data_uint8"))
+		return nil
+	}
+	return append([]byte(nil), unsafe.Slice((*byte)(unsafe.Pointer(p)), n)...)
+}
+
 // ToInt32s evaluates a and copies it out as int32.
 func (f *Frame) ToInt32s(a Array) []int32 {
 	c := f.Reshape(f.AsType(a, Int32), -1)

@@ -231,6 +231,37 @@ func writePrefixCache(b io.Writer, engines []modelStats) {
 	series("provider_prefix_cache_bytes", "gauge", "Bytes of cached blocks no running generation holds (bounded by the budget).", func(s cache.Stats) uint64 { return uint64(s.Bytes) })
 	series("provider_prefix_cache_shared_bytes", "gauge", "Bytes of cached blocks running generations also hold.", func(s cache.Stats) uint64 { return uint64(s.SharedBytes) })
 	series("provider_prefix_cache_budget_bytes", "gauge", "The prefix cache's byte budget.", func(s cache.Stats) uint64 { return uint64(s.Budget) })
+	if !slices.ContainsFunc(engines, func(e modelStats) bool { return e.cache.DiskOn }) {
+		return
+	}
+	disk := func(name, typ, help string, value func(cache.DiskStats) uint64) {
+		header(b, name, typ, help)
+		for _, e := range engines {
+			if e.cacheOn && e.cache.DiskOn {
+				fmt.Fprintf(b, "%s{model=%s} %d\n", name, quote(e.name), value(e.cache.Disk))
+			}
+		}
+	}
+	disk("provider_prefix_cache_disk_hits_total", "counter", "Blocks read back from the SSD tier.", func(s cache.DiskStats) uint64 { return s.Hits })
+	header(b, "provider_prefix_cache_disk_misses_total", "counter", "SSD tier reads that returned nothing, by reason (a damaged, foreign or expired file is deleted).")
+	for _, e := range engines {
+		if !e.cacheOn || !e.cache.DiskOn {
+			continue
+		}
+		d := e.cache.Disk
+		for _, r := range []struct {
+			reason string
+			n      uint64
+		}{{"absent", d.MissAbsent}, {"expired", d.MissExpired}, {"auth", d.MissAuth}, {"parse", d.MissParse}, {"binding", d.MissBinding}, {"io", d.MissIO}} {
+			fmt.Fprintf(b, "provider_prefix_cache_disk_misses_total{model=%s,reason=%s} %d\n", quote(e.name), quote(r.reason), r.n)
+		}
+	}
+	disk("provider_prefix_cache_disk_writes_total", "counter", "Blocks written to the SSD tier.", func(s cache.DiskStats) uint64 { return s.Writes })
+	disk("provider_prefix_cache_disk_dropped_total", "counter", "Blocks not written: queue full, cooling down after ENOSPC, too big, or a failed write.", func(s cache.DiskStats) uint64 { return s.Dropped })
+	disk("provider_prefix_cache_disk_cooldowns_total", "counter", "Times the SSD tier stopped writing (ENOSPC or low free space).", func(s cache.DiskStats) uint64 { return s.Cooldowns })
+	disk("provider_prefix_cache_disk_files", "gauge", "Block files in the SSD tier.", func(s cache.DiskStats) uint64 { return uint64(s.Files) })
+	disk("provider_prefix_cache_disk_bytes", "gauge", "Bytes of block files in the SSD tier.", func(s cache.DiskStats) uint64 { return uint64(s.Bytes) })
+	disk("provider_prefix_cache_disk_budget_bytes", "gauge", "The SSD tier's byte budget.", func(s cache.DiskStats) uint64 { return uint64(s.Budget) })
 }
 
 func header(w io.Writer, name, typ, help string) {

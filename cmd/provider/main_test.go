@@ -37,6 +37,9 @@ const stories = "../../testdata/models/stories260K.gguf"
 func serve(t *testing.T, args ...string) (lines *bufio.Scanner, stderr io.Reader) {
 	t.Helper()
 	cmd := exec.Command(binPath, append([]string{"serve"}, args...)...)
+	// The prefix cache's SSD tier writes under the user's cache directory:
+	// each test gets its own.
+	cmd.Env = append(os.Environ(), "XDG_CACHE_HOME="+t.TempDir())
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

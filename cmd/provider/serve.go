@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -40,6 +42,7 @@ type loadedModel struct {
 	w    *model.Weights
 	net  model.Network
 	eng  *engine.Engine
+	disk *cache.Disk // the prefix cache's SSD tier; nil when off
 }
 
 func (l *loadedModel) close() {
@@ -47,6 +50,9 @@ func (l *loadedModel) close() {
 	defer cancel()
 	if l.eng != nil {
 		l.eng.Shutdown(ctx)
+	}
+	if l.disk != nil {
+		_ = l.disk.Close()
 	}
 	l.th.Do(func() {
 		if l.net != nil {
@@ -171,6 +177,7 @@ func runServe(args []string) error {
 		return fmt.Errorf("serve: no_kv_headroom: %d bytes of KV per model, need at least %d", grant, int64(minKVGrant))
 	}
 	prefixOn := os.Getenv("PROVIDER_PREFIX_CACHE") != "0"
+	ssdOn := os.Getenv("PROVIDER_PREFIX_CACHE_SSD") != "0"
 	for i, l := range loaded {
 		var err error
 		var prefix engine.PrefixOptions
@@ -183,7 +190,20 @@ func runServe(args []string) error {
 					return fmt.Errorf("serve: %s: %w", l.name, err)
 				}
 			}
-			log.Info("prefix cache", "model", l.name, "ram_bytes", prefix.Budget, "on", prefix.Budget > 0)
+			if prefix.Budget > 0 && ssdOn {
+				block := layout.SequenceBytes(cache.BlockTokens)
+				dir := prefixDir(l.name)
+				l.disk, err = cache.OpenDisk(cache.DiskOptions{Dir: dir, Queue: int(max(4, min(64, diskQueueBytes/max(block, 1))))})
+				if err != nil {
+					log.Warn("prefix cache SSD tier off: cannot open it", "model", l.name, "dir", dir, "err", err)
+					l.disk = nil
+				} else {
+					prefix.Disk = l.disk
+					st := l.disk.Stats()
+					log.Info("prefix cache SSD tier", "model", l.name, "dir", dir, "files", st.Files, "bytes", st.Bytes, "budget", st.Budget)
+				}
+			}
+			log.Info("prefix cache", "model", l.name, "ram_bytes", prefix.Budget, "on", prefix.Budget > 0, "ssd", prefix.Disk != nil)
 		} else {
 			log.Info("prefix cache off (PROVIDER_PREFIX_CACHE=0)", "model", l.name)
 		}
@@ -294,6 +314,21 @@ func prefixNamespace(extra string, paths []string, cfg model.Config) (cache.Name
 	h.Sum(ns.WeightHash[:0])
 	ns.LayoutEpoch = prefixLayoutEpoch
 	return ns, nil
+}
+
+// diskQueueBytes bounds the blocks an SSD tier's write-behind queue holds.
+const diskQueueBytes = 256 << 20
+
+// prefixDir is a model's SSD tier directory: under the user's cache
+// directory ($XDG_CACHE_HOME or ~/.cache), named by the first 12 hex of
+// SHA-256 of the model's name (no model name on disk).
+func prefixDir(name string) string {
+	root, err := os.UserCacheDir()
+	if err != nil {
+		root = os.TempDir()
+	}
+	sum := sha256.Sum256([]byte(name))
+	return filepath.Join(root, "provider", "prefix", hex.EncodeToString(sum[:])[:12])
 }
 
 // prefixLayoutEpoch changes whenever what a cached block holds changes

