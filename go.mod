@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/benbjohnson/clock v1.3.5
+	github.com/cespare/xxhash/v2 v2.3.0
 	github.com/reugn/go-streams v0.13.0
 	github.com/vmihailenco/msgpack/v5 v5.4.1
 	gonum.org/v1/plot v0.17.0

@@ -222,11 +222,18 @@ func uploadData(s mlx.Stream, t *Tensor, act mlx.Dtype) (*Weight, error) {
 		return nil, fmt.Errorf("%s: quantized tensor of rank %d", t.Name, len(t.Shape))
 	}
 	rows, cols := t.Shape[0], t.Shape[1]
-	packed, err := mlx.FromBytes(t.Data, mlx.Uint32, rows, cols*q.Bits/32)
+	data, bits := t.Data, q.Bits
+	if s.IsCPU() && (q.Mode == "" || q.Mode == "affine") && bits != 4 && bits != 8 && bits < 8 {
+		// The CPU's fast affine kernel takes 4 and 8 bits; MLX's generic
+		// one is many times slower. Every q fits 8 bits unchanged, so the
+		// widened matrix has the same values.
+		data, bits = widenTo8(data, rows, cols, bits), 8
+	}
+	packed, err := mlx.FromBytes(data, mlx.Uint32, rows, cols*bits/32)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", t.Name, err)
 	}
-	w := &Weight{W: packed, Bits: q.Bits, GroupSize: q.GroupSize, Mode: q.Mode}
+	w := &Weight{W: packed, Bits: bits, GroupSize: q.GroupSize, Mode: q.Mode}
 	for _, p := range []struct {
 		dst *mlx.Array
 		src []byte
@@ -249,6 +256,30 @@ func uploadData(s mlx.Stream, t *Tensor, act mlx.Dtype) (*Weight, error) {
 		*p.dst = conv
 	}
 	return w, nil
+}
+
+// widenTo8 repacks a [rows, cols] affine matrix of bits-wide values (each
+// row a little-endian bit stream, element c at bits c*bits..) to one byte
+// per value, MLX's 8-bit packing.
+func widenTo8(data []byte, rows, cols, bits int) []byte {
+	out := make([]byte, rows*cols)
+	rowBytes := cols * bits / 8
+	mask := uint32(1)<<bits - 1
+	for r := range rows {
+		in := data[r*rowBytes : (r+1)*rowBytes]
+		dst := out[r*cols : (r+1)*cols]
+		for c := range cols {
+			bit := c * bits
+			// Read up to 16 bits around the value (bits <= 7 spans at most
+			// two bytes).
+			v := uint32(in[bit/8])
+			if bit/8+1 < len(in) {
+				v |= uint32(in[bit/8+1]) << 8
+			}
+			dst[c] = byte(v >> (bit % 8) & mask)
+		}
+	}
+	return out
 }
 
 func isFloat(d mlx.Dtype) bool {

@@ -101,7 +101,10 @@ type refCase struct {
 // order (and RoPE angles computed another way), which Gemma's large
 // residual stream amplifies: measured max |diff| 2.6e-3 to 3.5e-3 on the
 // full step-0 vectors, at most 1.4e-2 on any top-10 logit over 16 steps
-// (our own chunked against one-chunk prefill differ by 1e-4).
+// (our own chunked against one-chunk prefill differ by 1e-4). Since the
+// CPU runs the 5-bit matrices in its 8-bit kernel (same values, another
+// summation order) one step-0 vector (prompt 3) differs by up to 2.2e-2,
+// the others by 3e-3 to 5e-3.
 //
 // q4_k_m is the shipped file, where llama.cpp also rounds the activations
 // entering every quantized matmul to 8-bit blocks (Q8_0 against Q5_0 and
@@ -112,7 +115,7 @@ type refCase struct {
 // agrees only until the first step where llama.cpp's margin is below about
 // 0.4.
 var refCases = []refCase{
-	{"f32", "../../testdata/ref/gemma3/f32", numerics{geluTable: true}, 0.02, 0.04},
+	{"f32", "../../testdata/ref/gemma3/f32", numerics{geluTable: true}, 0.03, 0.04},
 	{"q4_k_m", "../../testdata/ref/gemma3/q4_k_m", numerics{quantizedActivations: true, geluTable: true}, 2.5, 0.5},
 }
 
