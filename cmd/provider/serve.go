@@ -52,6 +52,8 @@ func (l *loadedModel) close() {
 		l.eng.Shutdown(ctx)
 	}
 	if l.disk != nil {
+		// Blocks still queued are written: a graceful stop keeps them.
+		l.disk.Flush()
 		_ = l.disk.Close()
 	}
 	l.th.Do(func() {
