@@ -113,9 +113,29 @@ func (e keyEncoder) field(tag byte, b []byte) {
 	e.d.Write(b)
 }
 
-// Chain is the keys of the first n full blocks of tokens under scope (text
-// only: no media), block j's key chaining block j-1's.
-func Chain(ns Namespace, scope Scope, tokens []int32, n int) []uint64 {
+// Span is the placeholder run [Start, End) of one image or video frame in
+// a prompt, and the hash of its decoded content.
+type Span struct {
+	Start, End int
+	Hash       [32]byte
+}
+
+// blockMedia is the media of spans that block j holds any placeholder of,
+// with their offsets from the block's start.
+func blockMedia(spans []Span, j int) []Media {
+	var out []Media
+	lo, hi := j*BlockTokens, (j+1)*BlockTokens
+	for _, sp := range spans {
+		if sp.Start < hi && sp.End > lo {
+			out = append(out, Media{Hash: sp.Hash, Offset: int32(sp.Start - lo)})
+		}
+	}
+	return out
+}
+
+// Chain is the keys of the first n full blocks of tokens under scope, whose
+// media placeholders are spans, block j's key chaining block j-1's.
+func Chain(ns Namespace, scope Scope, tokens []int32, spans []Span, n int) []uint64 {
 	n = min(n, len(tokens)/BlockTokens)
 	keys := make([]uint64, n)
 	for j := range n {
@@ -123,7 +143,7 @@ func Chain(ns Namespace, scope Scope, tokens []int32, n int) []uint64 {
 		if j > 0 {
 			parent = keys[j-1]
 		}
-		keys[j] = ChainKey(ns, parent, j == 0, scope, nil, tokens[j*BlockTokens:(j+1)*BlockTokens])
+		keys[j] = ChainKey(ns, parent, j == 0, scope, blockMedia(spans, j), tokens[j*BlockTokens:(j+1)*BlockTokens])
 	}
 	return keys
 }

@@ -95,19 +95,24 @@ func TestChainIsPrefixStable(t *testing.T) {
 	for i := range tokens {
 		tokens[i] = int32(i * 7 % 1000)
 	}
-	full := Chain(ns, NoScope, tokens, 100)
+	full := Chain(ns, NoScope, tokens, nil, 100)
 	if len(full) != 4 {
 		t.Fatalf("%d keys for 4 whole blocks and a tail", len(full))
 	}
-	if short := Chain(ns, NoScope, tokens[:2*BlockTokens], 100); !slices.Equal(short, full[:2]) {
+	if short := Chain(ns, NoScope, tokens[:2*BlockTokens], nil, 100); !slices.Equal(short, full[:2]) {
 		t.Error("a prefix's keys are not the longer prompt's first keys")
 	}
-	if ChainKeyOf(ns, NoScope, tokens[:3*BlockTokens]) != full[2] {
-		t.Error("ChainKeyOf disagrees with Chain")
+	// An image's placeholders in block 1 key that block and the later
+	// ones by the image's hash.
+	img := []Span{{Start: BlockTokens + 10, End: BlockTokens + 40, Hash: [32]byte{1}}}
+	other := []Span{{Start: BlockTokens + 10, End: BlockTokens + 40, Hash: [32]byte{2}}}
+	a, b := Chain(ns, NoScope, tokens, img, 100), Chain(ns, NoScope, tokens, other, 100)
+	if a[0] != full[0] || a[0] != b[0] || a[1] == b[1] || a[3] == b[3] || a[1] == full[1] {
+		t.Errorf("media keys: text %x, image %x, other image %x", full, a, b)
 	}
 	changed := slices.Clone(tokens)
 	changed[2*BlockTokens+5]++
-	got := Chain(ns, NoScope, changed, 100)
+	got := Chain(ns, NoScope, changed, nil, 100)
 	for j := range full {
 		if same := got[j] == full[j]; same != (j < 2) {
 			t.Errorf("block %d: key unchanged %v after a change in block 2", j, same)

@@ -43,10 +43,12 @@ type entry struct {
 	used        uint64
 }
 
-// track is a sequence whose full blocks the index registers: its scope and
-// the keys of the blocks registered (or adopted) so far.
+// track is a sequence whose full blocks the index registers: its scope,
+// its media spans and the keys of the blocks registered (or adopted) so
+// far.
 type track struct {
 	scope Scope
+	spans []Span
 	keys  []uint64
 }
 
@@ -95,10 +97,10 @@ func NewIndex(pool *kvpool.Pool, ns Namespace, budget int64) *Index {
 // thread, right after its step (the disk tier's write-behind).
 func (x *Index) OnStore(fn func(Stored)) { x.persist = fn }
 
-// Track makes the index register s's full blocks as they fill, under scope.
-// s must be empty.
-func (x *Index) Track(s *kvpool.Seq, scope Scope) {
-	x.tracks[s] = &track{scope: scope}
+// Track makes the index register s's full blocks as they fill, under scope,
+// with spans its media placeholders. s must be empty.
+func (x *Index) Track(s *kvpool.Seq, scope Scope, spans []Span) {
+	x.tracks[s] = &track{scope: scope, spans: spans}
 }
 
 // Untrack stops registering s's blocks (call it before freeing s); what is
@@ -114,17 +116,18 @@ func (x *Index) Has(key uint64) bool {
 }
 
 // Adopt gives the empty sequence s the longest cached prefix of tokens
-// under scope, at most limit blocks, and tracks s for its later blocks. It
-// returns the tokens adopted (a multiple of BlockTokens, 0 on a miss).
-// Every block used is checked against the request: its stored tokens,
-// parent and scope, not only its key.
-func (x *Index) Adopt(s *kvpool.Seq, scope Scope, tokens []int32, limit int) (int, error) {
-	ents := x.match(scope, tokens, limit)
+// (whose media placeholders are spans) under scope, at most limit blocks,
+// and tracks s for its later blocks. It returns the tokens adopted (a
+// multiple of BlockTokens, 0 on a miss). Every block used is checked
+// against the request: its stored tokens, parent and scope, not only its
+// key, which also holds the media.
+func (x *Index) Adopt(s *kvpool.Seq, scope Scope, spans []Span, tokens []int32, limit int) (int, error) {
+	ents := x.match(scope, spans, tokens, limit)
 	x.clock++
 	for _, e := range ents {
 		e.used = x.clock
 	}
-	tr := &track{scope: scope}
+	tr := &track{scope: scope, spans: spans}
 	x.tracks[s] = tr
 	if len(ents) == 0 {
 		x.stats.Misses++
@@ -148,13 +151,13 @@ func (x *Index) Adopt(s *kvpool.Seq, scope Scope, tokens []int32, limit int) (in
 // match walks the chain of tokens' blocks and returns the entries of the
 // longest prefix a sequence can adopt: every full-attention group's block
 // present along the way, and each sliding group's newest Ring blocks.
-func (x *Index) match(scope Scope, tokens []int32, limit int) []*entry {
+func (x *Index) match(scope Scope, spans []Span, tokens []int32, limit int) []*entry {
 	limit = min(limit, len(tokens)/BlockTokens)
 	var ents []*entry
 	var parent uint64
 	for j := range limit {
 		block := tokens[j*BlockTokens : (j+1)*BlockTokens]
-		key := ChainKey(x.ns, parent, j == 0, scope, nil, block)
+		key := ChainKey(x.ns, parent, j == 0, scope, blockMedia(spans, j), block)
 		e := x.entries[key]
 		if e == nil {
 			break
@@ -233,7 +236,7 @@ func (x *Index) full(s *kvpool.Seq, j int) {
 			return
 		}
 	}
-	key := ChainKey(x.ns, parent, j == 0, tr.scope, nil, block)
+	key := ChainKey(x.ns, parent, j == 0, tr.scope, blockMedia(tr.spans, j), block)
 	phys := s.Block(j)
 	x.clock++
 	e := x.entries[key]
@@ -266,10 +269,11 @@ func (x *Index) full(s *kvpool.Seq, j int) {
 }
 
 // Insert indexes a block staged from another tier: key's block of prefix
-// (whose last BlockTokens tokens are the block's), stored in blocks, on
-// which the caller hands the index one reference each. It reports false,
-// and takes nothing, when the parent is not indexed or the key is taken.
-func (x *Index) Insert(scope Scope, key uint64, prefix []int32, blocks []int32) bool {
+// (whose last BlockTokens tokens are the block's; spans its media),
+// stored in blocks, on which the caller hands the index one reference
+// each. It reports false, and takes nothing, when the parent is not
+// indexed or the key is taken.
+func (x *Index) Insert(scope Scope, spans []Span, key uint64, prefix []int32, blocks []int32) bool {
 	j := len(prefix)/BlockTokens - 1
 	if j < 0 || len(prefix)%BlockTokens != 0 || len(blocks) != len(x.groups) {
 		return false
@@ -277,7 +281,7 @@ func (x *Index) Insert(scope Scope, key uint64, prefix []int32, blocks []int32) 
 	var parent uint64
 	var up *entry
 	if j > 0 {
-		parent = ChainKeyOf(x.ns, scope, prefix[:j*BlockTokens])
+		parent = Chain(x.ns, scope, prefix, spans, j)[j-1]
 		if up = x.entries[parent]; up == nil {
 			return false
 		}
@@ -295,15 +299,6 @@ func (x *Index) Insert(scope Scope, key uint64, prefix []int32, blocks []int32) 
 		up.children++
 	}
 	return true
-}
-
-// ChainKeyOf is the key of the last full block of tokens (text only).
-func ChainKeyOf(ns Namespace, scope Scope, tokens []int32) uint64 {
-	keys := Chain(ns, scope, tokens, len(tokens)/BlockTokens)
-	if len(keys) == 0 {
-		return 0
-	}
-	return keys[len(keys)-1]
 }
 
 // Evict lets go of least recently used blocks only the index holds until

@@ -67,13 +67,13 @@ func TestIndexAdoptsWhatItRegistered(t *testing.T) {
 		defer x.Close()
 		toks := seqTokens(1, 1000)
 		a := p.NewSeq()
-		x.Track(a, NoScope)
+		x.Track(a, NoScope, nil)
 		feed(t, p, a, toks, 300)
 		if st := x.Stats(); st.Entries != 3 {
 			t.Fatalf("%d entries after 1000 tokens, want 3", st.Entries)
 		}
 		b := p.NewSeq()
-		n, err := x.Adopt(b, NoScope, toks, (len(toks)-1)/BlockTokens)
+		n, err := x.Adopt(b, NoScope, nil, toks, (len(toks)-1)/BlockTokens)
 		if err != nil || n != 3*BlockTokens {
 			t.Fatalf("Adopt = %d, %v; want %d", n, err, 3*BlockTokens)
 		}
@@ -97,7 +97,7 @@ func TestIndexAdoptsWhatItRegistered(t *testing.T) {
 		c := p.NewSeq()
 		diverged := slices.Clone(toks)
 		diverged[BlockTokens+3]++
-		if n, err := x.Adopt(c, NoScope, diverged, 3); err != nil || n != BlockTokens {
+		if n, err := x.Adopt(c, NoScope, nil, diverged, 3); err != nil || n != BlockTokens {
 			t.Errorf("diverging in block 1: Adopt = %d, %v; want %d", n, err, BlockTokens)
 		}
 		for _, s := range []*kvpool.Seq{a, b, c} {
@@ -125,13 +125,13 @@ func TestIndexEvictsLeastRecentlyUsed(t *testing.T) {
 		old, young := seqTokens(1, 2*BlockTokens+1), seqTokens(2, 2*BlockTokens+1)
 		for _, toks := range [][]int32{old, young} {
 			s := p.NewSeq()
-			x.Track(s, NoScope)
+			x.Track(s, NoScope, nil)
 			feed(t, p, s, toks, 100)
 			x.Untrack(s)
 			s.Free()
 		}
 		touch := p.NewSeq()
-		if n, _ := x.Adopt(touch, NoScope, old, 2); n != 2*BlockTokens {
+		if n, _ := x.Adopt(touch, NoScope, nil, old, 2); n != 2*BlockTokens {
 			t.Fatalf("adopting the old chain gave %d tokens", n)
 		}
 		x.Untrack(touch)
@@ -148,7 +148,7 @@ func TestIndexEvictsLeastRecentlyUsed(t *testing.T) {
 			want int
 		}{"touched": {old, 2 * BlockTokens}, "untouched": {young, 0}} {
 			s := p.NewSeq()
-			if n, _ := x.Adopt(s, NoScope, c.toks, 2); n != c.want {
+			if n, _ := x.Adopt(s, NoScope, nil, c.toks, 2); n != c.want {
 				t.Errorf("%s chain: adopted %d tokens, want %d", name, n, c.want)
 			}
 			x.Untrack(s)
@@ -167,7 +167,7 @@ func TestIndexKeepsChainsWhileSlidingBlocksGo(t *testing.T) {
 		defer x.Close()
 		toks := seqTokens(3, 6*BlockTokens+1)
 		s := p.NewSeq()
-		x.Track(s, NoScope)
+		x.Track(s, NoScope, nil)
 		feed(t, p, s, toks, BlockTokens)
 		x.Untrack(s)
 		s.Free()
@@ -179,7 +179,7 @@ func TestIndexKeepsChainsWhileSlidingBlocksGo(t *testing.T) {
 			t.Fatalf("after Evict: %d bytes alone (budget %d), %d entries (want all 6 still chained)", st.Bytes, st.Budget, st.Entries)
 		}
 		a := p.NewSeq()
-		if n, _ := x.Adopt(a, NoScope, toks, 6); n != 6*BlockTokens {
+		if n, _ := x.Adopt(a, NoScope, nil, toks, 6); n != 6*BlockTokens {
 			t.Errorf("adopted %d tokens of a 6-block chain whose newest rings are kept", n)
 		}
 		x.Untrack(a)
@@ -196,7 +196,7 @@ func TestIndexComparesTokensOnEveryHit(t *testing.T) {
 		defer x.Close()
 		stored, asked := seqTokens(4, BlockTokens), seqTokens(5, BlockTokens+1)
 		s := p.NewSeq()
-		x.Track(s, NoScope)
+		x.Track(s, NoScope, nil)
 		feed(t, p, s, stored, BlockTokens)
 		blocks := s.Block(0)
 		for g, b := range blocks {
@@ -204,12 +204,12 @@ func TestIndexComparesTokensOnEveryHit(t *testing.T) {
 		}
 		x.Untrack(s)
 		s.Free()
-		key := ChainKeyOf(x.ns, NoScope, asked[:BlockTokens])
-		if !x.Insert(NoScope, key, stored, blocks) {
+		key := Chain(x.ns, NoScope, asked, nil, 1)[0]
+		if !x.Insert(NoScope, nil, key, stored, blocks) {
 			t.Fatal("Insert refused the planted entry")
 		}
 		a := p.NewSeq()
-		if n, _ := x.Adopt(a, NoScope, asked, 1); n != 0 {
+		if n, _ := x.Adopt(a, NoScope, nil, asked, 1); n != 0 {
 			t.Errorf("adopted %d tokens from an entry holding other tokens", n)
 		}
 		if st := x.Stats(); st.Collisions != 1 {

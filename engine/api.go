@@ -27,6 +27,10 @@ type Generation struct {
 	// CacheScope is the tenant scope of the prefix cache (cache.SaltScope):
 	// only rows of the same scope share cached blocks.
 	CacheScope cache.Scope
+	// Spans are the prompt's media placeholder runs, one per image or
+	// video frame, in order: each is attended bidirectionally, never split
+	// by a prefill chunk, and keys the prefix cache's blocks by its hash.
+	Spans []cache.Span
 }
 
 // EventKind tells the three kinds of Event apart.

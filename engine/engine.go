@@ -80,15 +80,16 @@ func LayoutOf(c model.Config) KVLayout {
 
 // live is the engine loop's state of one generation.
 type live struct {
-	gen      Generation
-	ctx      context.Context
-	events   chan Event
-	seq      []int32     // prompt followed by every sampled token
-	emitted  int         // completion tokens delivered
-	cached   int         // tokens adopted from the prefix cache at admission
+	gen     Generation
+	ctx     context.Context
+	events  chan Event
+	seq     []int32 // prompt followed by every sampled token
+	emitted int     // completion tokens delivered
+	cached  int     // tokens adopted from the prefix cache at admission
+	spans   []kvpool.Span
 	// staged are blocks of the prompt read from the SSD tier at Submit,
 	// put in the pool and indexed at admission.
-	staged []stagedBlock
+	staged   []stagedBlock
 	kv       *kvpool.Seq // nil until the row first runs, and after preemption
 	sampler  *sample.Sampler
 	progress time.Time // last admission, prefill or decode progress
@@ -197,6 +198,9 @@ func (e *Engine) Submit(ctx context.Context, g Generation) (<-chan Event, error)
 		sampler:  sample.New(g.Sampling),
 		progress: e.opt.Clock.Now(),
 	}
+	for _, sp := range g.Spans {
+		l.spans = append(l.spans, kvpool.Span{Start: sp.Start, End: sp.End})
+	}
 	l.staged = e.readStaged(g)
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -207,7 +211,11 @@ func (e *Engine) Submit(ctx context.Context, g Generation) (<-chan Event, error)
 		return nil, e.lastErr
 	}
 	e.arrival++
-	err := e.sched.Submit(Request{ID: g.ID, PromptTokens: len(g.Prompt), MaxTokens: g.MaxTokens, Priority: g.Priority, Arrival: e.arrival})
+	spans := make([]Span, len(g.Spans))
+	for i, sp := range g.Spans {
+		spans[i] = Span{Start: sp.Start, End: sp.End}
+	}
+	err := e.sched.Submit(Request{ID: g.ID, PromptTokens: len(g.Prompt), MaxTokens: g.MaxTokens, Priority: g.Priority, Arrival: e.arrival, Spans: spans})
 	if err != nil {
 		return nil, err
 	}
@@ -497,10 +505,10 @@ func (e *Engine) tick() bool {
 		if w.l.kv == nil {
 			w.l.kv = e.pool.NewSeq()
 			if e.prefix != nil {
-				e.prefix.Track(w.l.kv, w.l.gen.CacheScope)
+				e.prefix.Track(w.l.kv, w.l.gen.CacheScope, w.l.gen.Spans)
 			}
 		}
-		rows[i] = kvpool.Row{Seq: w.l.kv, Tokens: w.tokens, Sample: w.sample}
+		rows[i] = kvpool.Row{Seq: w.l.kv, Tokens: w.tokens, Sample: w.sample, Spans: w.l.spans}
 	}
 	start := e.opt.Clock.Now()
 	f := mlx.NewFrame(e.s)
@@ -649,13 +657,13 @@ func (p enginePrefixes) Adopt(id RequestID, tokens int) int {
 	e.freeSeq(l)
 	e.stage(l)
 	l.kv = e.pool.NewSeq()
-	n, err := e.prefix.Adopt(l.kv, l.gen.CacheScope, l.seq[:tokens], (tokens-1)/kvpool.BlockTokens)
+	n, err := e.prefix.Adopt(l.kv, l.gen.CacheScope, l.gen.Spans, l.seq[:tokens], (tokens-1)/kvpool.BlockTokens)
 	if err != nil {
 		// The cache lost track of a block it indexed: compute instead.
 		e.prefix.Untrack(l.kv)
 		l.kv.Free()
 		l.kv = e.pool.NewSeq()
-		e.prefix.Track(l.kv, l.gen.CacheScope)
+		e.prefix.Track(l.kv, l.gen.CacheScope, l.gen.Spans)
 		n = 0
 	}
 	l.cached = n
@@ -704,7 +712,7 @@ func (e *Engine) readStaged(g Generation) []stagedBlock {
 	if e.prefix == nil || d == nil || len(g.Prompt) <= cache.BlockTokens {
 		return nil
 	}
-	keys := cache.Chain(e.opt.Prefix.Namespace, g.CacheScope, g.Prompt, (len(g.Prompt)-1)/cache.BlockTokens)
+	keys := cache.Chain(e.opt.Prefix.Namespace, g.CacheScope, g.Prompt, g.Spans, (len(g.Prompt)-1)/cache.BlockTokens)
 	var out []stagedBlock
 	for j, key := range keys {
 		if len(out) == 0 && e.prefix.Has(key) {
@@ -738,7 +746,7 @@ func (e *Engine) stage(l *live) {
 		if err != nil {
 			return
 		}
-		if e.pool.WriteBlock(f, blocks, b.payload) != nil || !e.prefix.Insert(l.gen.CacheScope, b.key, l.gen.Prompt[:b.end], blocks) {
+		if e.pool.WriteBlock(f, blocks, b.payload) != nil || !e.prefix.Insert(l.gen.CacheScope, l.gen.Spans, b.key, l.gen.Prompt[:b.end], blocks) {
 			for g, id := range blocks {
 				e.pool.Release(g, id)
 			}

@@ -226,3 +226,57 @@ func TestPrefixCacheSSDTier(t *testing.T) {
 	}
 	stop(e, d)
 }
+
+// TestPrefixCacheMediaKeys runs a prompt holding a bidirectional media span
+// (placeholder tokens of an image, here plain tokens): the same image hits
+// every block, another image only the block before the span, and hits
+// give the cold output; a span cut by the adopted prefix still runs whole.
+func TestPrefixCacheMediaKeys(t *testing.T) {
+	cold, m := enginetest.Start(t, enginetest.SmolLM2(), engine.Options{KVCapacity: 256 << 20})
+	warm, _ := enginetest.Start(t, enginetest.SmolLM2(), engine.Options{KVCapacity: 256 << 20, Prefix: engine.PrefixOptions{Budget: 128 << 20}})
+	p := randomPrompt(21, 800, m.Config.Vocab)
+	// The span crosses the boundary of blocks 1 and 2.
+	red := []cache.Span{{Start: 400, End: 600, Hash: [32]byte{'r'}}}
+	blue := []cache.Span{{Start: 400, End: 600, Hash: [32]byte{'b'}}}
+	// p2 shares p's first 700 tokens: a hit adopts blocks 0 and 1 and ends
+	// inside the span.
+	p2 := append(slices.Clone(p[:700]), randomPrompt(22, 100, m.Config.Vocab)...)
+	run := func(e *engine.Engine, id string, p []int32, spans []cache.Span) ([]int32, int) {
+		ch, err := e.Submit(context.Background(), engine.Generation{ID: engine.RequestID(id), Prompt: p, MaxTokens: 8,
+			TopLogprobs: -1, IgnoreEOS: true, Spans: spans})
+		if err != nil {
+			t.Fatal(err)
+		}
+		toks, last := enginetest.Collect(ch)
+		if last.Kind != engine.EventFinished {
+			t.Fatalf("%s: %+v", id, last)
+		}
+		return toks, last.Usage.CachedTokens
+	}
+	want, _ := run(cold, "cold", p, red)
+	want2, _ := run(cold, "cold2", p2, red)
+	text, _ := run(cold, "cold-text", p, nil)
+	if slices.Equal(want, text) {
+		t.Log("the span's bidirectional attention did not change the greedy tokens of this prompt")
+	}
+	for _, c := range []struct {
+		id     string
+		prompt []int32
+		spans  []cache.Span
+		cached int
+		want   []int32
+	}{
+		{"first", p, red, 0, want},
+		{"same image", p, red, 3 * kvpool.BlockTokens, want},
+		{"other image", p, blue, kvpool.BlockTokens, nil},
+		{"prefix ends inside the span", p2, red, 2 * kvpool.BlockTokens, want2},
+	} {
+		got, cached := run(warm, c.id, c.prompt, c.spans)
+		if cached != c.cached {
+			t.Errorf("%s: cached_tokens %d, want %d", c.id, cached, c.cached)
+		}
+		if c.want != nil && !slices.Equal(got, c.want) {
+			t.Errorf("%s: tokens %v, cold %v", c.id, got, c.want)
+		}
+	}
+}

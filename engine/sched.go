@@ -281,8 +281,9 @@ type Prefixes interface {
 	Drop(id RequestID)
 }
 
-// SetPrefixes makes admission consult p (nil: no prefix cache). A row with
-// multimodal spans never adopts a prefix.
+// SetPrefixes makes admission consult p (nil: no prefix cache). A cached
+// prefix may end inside a row's span (its keys hold the media): the first
+// chunk then runs to the span's end.
 func (s *Scheduler) SetPrefixes(p Prefixes) { s.prefixes = p }
 
 // Submit queues a request at the back of the waiting queue. It rejects an
@@ -568,7 +569,7 @@ func (s *Scheduler) admit(p *planner) {
 			s.finish(r, FinishKVExhausted)
 			continue
 		}
-		adopted := s.prefixes != nil && len(r.spans) == 0
+		adopted := s.prefixes != nil
 		if adopted {
 			r.kv = s.prefixes.Adopt(r.req.ID, r.target())
 		}

@@ -460,3 +460,60 @@ func (m *propModel) check(after string) {
 		fail("%d rows tracked, %d live", len(s.rows), len(m.live))
 	}
 }
+
+// scriptedPrefixes is a prefix cache with a fixed answer per request, and
+// a log of what admission asked of it.
+type scriptedPrefixes struct {
+	cached map[RequestID]int
+	log    []string
+}
+
+func (p *scriptedPrefixes) Adopt(id RequestID, tokens int) int {
+	p.log = append(p.log, fmt.Sprintf("adopt %s %d", id, tokens))
+	return p.cached[id]
+}
+
+func (p *scriptedPrefixes) Drop(id RequestID) { p.log = append(p.log, "drop "+string(id)) }
+
+// TestAdmissionAdoptsCachedPrefixes: an admitted row starts its prefill
+// after the tokens the cache gave it, a prefix ending inside a span makes
+// the first chunk run to the span's end, and a row the ledger then refuses
+// gives its adoption back.
+func TestAdmissionAdoptsCachedPrefixes(t *testing.T) {
+	s := NewScheduler(Config{TokenBudget: 2048, PrefillChunk: 512}, unitLayout(1, 0, 0), 1<<20)
+	p := &scriptedPrefixes{cached: map[RequestID]int{"a": 512, "b": 256}}
+	s.SetPrefixes(p)
+	if err := s.Submit(Request{ID: "a", PromptTokens: 700, MaxTokens: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Submit(Request{ID: "b", PromptTokens: 900, MaxTokens: 4, Spans: []Span{{Start: 200, End: 800}}}); err != nil {
+		t.Fatal(err)
+	}
+	plan := s.Plan()
+	want := []PrefillChunk{{ID: "a", Start: 512, Len: 188, Final: true}, {ID: "b", Start: 256, Len: 544}}
+	if !slices.Equal(plan.Prefill, want) {
+		t.Fatalf("prefill %+v, want %+v", plan.Prefill, want)
+	}
+	if got := strings.Join(p.log, ", "); got != "adopt a 700, adopt b 900" {
+		t.Errorf("asked %q", got)
+	}
+
+	// A ledger too small for the row: the adoption is given back.
+	small := NewScheduler(Config{}, unitLayout(1, 0, 0), 1000)
+	q := &scriptedPrefixes{cached: map[RequestID]int{"big": 256}}
+	small.SetPrefixes(q)
+	if err := small.Submit(Request{ID: "run", PromptTokens: 400, MaxTokens: 50}); err != nil {
+		t.Fatal(err)
+	}
+	small.Plan()
+	if err := small.Submit(Request{ID: "big", PromptTokens: 300, MaxTokens: 1}); err != nil {
+		t.Fatal(err)
+	}
+	small.Complete(StepResult{})
+	if plan := small.Plan(); slices.ContainsFunc(plan.Prefill, func(c PrefillChunk) bool { return c.ID == "big" }) {
+		t.Fatalf("big admitted over the ledger: %+v", plan)
+	}
+	if got := strings.Join(q.log, ", "); got != "adopt run 400, adopt big 300, drop big" {
+		t.Errorf("asked %q", got)
+	}
+}

@@ -12,7 +12,15 @@ type Row struct {
 	Seq    *Seq
 	Tokens []int32
 	Sample bool
+	// Spans are bidirectional blocks (an image's placeholder run), as
+	// absolute positions [Start, End) of the sequence: a token inside one
+	// also sees the block's later tokens. A span the step's new tokens
+	// reach must end within them (it may start among the stored ones).
+	Spans []Span
 }
+
+// Span is a token range [Start, End) attended bidirectionally.
+type Span struct{ Start, End int }
 
 // Batch is one step over the pool: every row's new tokens flattened into N
 // positions (row by row), their positions, the rows' block tables, and the
@@ -27,7 +35,12 @@ type Batch struct {
 	Tokens    []int32
 	Positions []int32
 	rowOf     []int32
-	start     []int // per row: first flat index
+	// last is, per token, the last position it sees: its own, or its
+	// span's end - 1.
+	last []int32
+	// spans is set when any row has a span in this step.
+	spans bool
+	start []int // per row: first flat index
 	// SampleAt holds the flat index of each sampling row's last token, in
 	// row order.
 	SampleAt []int32
@@ -79,9 +92,27 @@ func (p *Pool) Begin(f *mlx.Frame, rows []Row) (*Batch, error) {
 			return nil, err
 		}
 		b.start[r] = len(b.Tokens)
+		from, to := row.Seq.n, row.Seq.n+len(row.Tokens)
+		for _, sp := range row.Spans {
+			if sp.End <= from || sp.Start >= to {
+				continue
+			}
+			if sp.End > to || sp.Start >= sp.End {
+				return nil, fmt.Errorf("kvpool: row %d: span [%d, %d) does not end within the step's positions [%d, %d)", r, sp.Start, sp.End, from, to)
+			}
+			b.spans = true
+		}
 		for t, id := range row.Tokens {
+			pos := row.Seq.n + t
+			last := pos
+			for _, sp := range row.Spans {
+				if pos >= sp.Start && pos < sp.End {
+					last = sp.End - 1
+				}
+			}
 			b.Tokens = append(b.Tokens, id)
-			b.Positions = append(b.Positions, int32(row.Seq.n+t))
+			b.Positions = append(b.Positions, int32(pos))
+			b.last = append(b.last, int32(last))
 			b.rowOf = append(b.rowOf, int32(r))
 		}
 		if row.Sample {
@@ -192,11 +223,11 @@ func (b *Batch) step(gi int) *groupStep {
 				table[r*mb+j] = -1
 			}
 		}
-		meta := make([]int32, 2*N)
+		meta := make([]int32, 3*N)
 		for i := range N {
-			meta[2*i], meta[2*i+1] = b.rowOf[i], b.Positions[i]
+			meta[3*i], meta[3*i+1], meta[3*i+2] = b.rowOf[i], b.Positions[i], b.last[i]
 		}
-		gs.write, gs.table, gs.meta = f.Int32s(slots, N), f.Int32s(table, R, mb), f.Int32s(meta, N, 2)
+		gs.write, gs.table, gs.meta = f.Int32s(slots, N), f.Int32s(table, R, mb), f.Int32s(meta, N, 3)
 		return gs
 	}
 	// Decode rows form one part and prefill rows another, so a long chunk
@@ -247,7 +278,7 @@ func (b *Batch) opsPart(gi int, rows []int) opsPart {
 	// mask: its exact keys go to the fused attention kernels that refuse
 	// masks (CUDA's), causal for a chunk (MLX aligns the chunk's queries
 	// with the last keys).
-	part.exact = part.R == 1 && (part.Tq == 1 || g.window == 0)
+	part.exact = part.R == 1 && (part.Tq == 1 || g.window == 0) && !b.spans
 	if !part.exact {
 		part.L = (part.L + BlockTokens - 1) / BlockTokens * BlockTokens
 	}
@@ -282,9 +313,9 @@ func (b *Batch) opsPart(gi int, rows []int) opsPart {
 			if mask == nil {
 				continue
 			}
-			p := s.n + t
+			p, last := s.n+t, int(b.last[b.start[r]+t])
 			for k := range L {
-				if kp := lo + k; kp <= p && (g.window == 0 || p-kp < g.window) {
+				if kp := lo + k; kp <= last && (g.window == 0 || p-kp < g.window) {
 					mask[(j*Tq+t)*L+k] = 1
 				}
 			}
@@ -390,6 +421,10 @@ func (b *Batch) store(li int, gs *groupStep, k, v mlx.Array) {
 func (b *Batch) AttendRows(li int, q, k, v mlx.Array, fn func(q, k, v mlx.Array) mlx.Array) mlx.Array {
 	p, f := b.p, b.f
 	if f.Err() != nil {
+		return mlx.Array{}
+	}
+	if b.spans {
+		f.Fail(fmt.Errorf("kvpool: row-by-row attention has no bidirectional spans"))
 		return mlx.Array{}
 	}
 	gi, src, shared := p.source(li)

@@ -138,6 +138,11 @@ func runAttend(t *testing.T, s mlx.Stream, ops bool) {
 	// At step 7 the second leaves too: a lone row prefills and decodes
 	// (the MLX-ops path then attends over its exact keys, unmasked).
 	steps := [][]int{{300, 7}, {1, 260}, {1, 1}, {1, 1, 290}, {1, 1, 1}, {1, 1}, {1, 1}, {40}, {1}, {1}}
+	// Bidirectional spans (an image's block), relative to the step's first
+	// new token of the row: two in the first chunk (one crossing a block
+	// boundary and the narrow window), one in the joining row's chunk, one
+	// in the lone row's.
+	spans := map[[2]int][]Span{{0, 0}: {{10, 50}, {240, 270}}, {3, 2}: {{100, 200}}, {7, 0}: {{5, 20}}}
 	for si, counts := range steps {
 		if si == 3 {
 			rows = append(rows, newRow())
@@ -148,8 +153,15 @@ func runAttend(t *testing.T, s mlx.Stream, ops bool) {
 		}
 		f := mlx.NewFrame(s)
 		var br []Row
+		stepSpans := make([][]Span, len(counts))
 		for r, n := range counts {
-			br = append(br, Row{Seq: rows[r].seq, Tokens: make([]int32, n), Sample: true})
+			var sp []Span
+			for _, x := range spans[[2]int{si, r}] {
+				at := rows[r].seq.Len()
+				sp = append(sp, Span{at + x.Start, at + x.End})
+			}
+			stepSpans[r] = sp
+			br = append(br, Row{Seq: rows[r].seq, Tokens: make([]int32, n), Sample: true, Spans: sp})
 		}
 		b, err := p.Begin(f, br)
 		if err != nil {
@@ -199,7 +211,13 @@ func runAttend(t *testing.T, s mlx.Stream, ops bool) {
 				for tk := range n {
 					i := base + tk
 					pos := int(b.Positions[i])
-					want := naive(q[i*testHeads*8:(i+1)*testHeads*8], st.hist.k[src], st.hist.v[src], pos, sl.Window, sl.KVHeads, 0.3, sk)
+					last := pos
+					for _, sp := range stepSpans[r] {
+						if pos >= sp.Start && pos < sp.End {
+							last = sp.End - 1
+						}
+					}
+					want := naive(q[i*testHeads*8:(i+1)*testHeads*8], st.hist.k[src], st.hist.v[src], pos, last, sl.Window, sl.KVHeads, 0.3, sk)
 					for j, w := range want {
 						g := got[li][i*testHeads*8+j]
 						if math.Abs(float64(g)-w) > 1e-5 {
@@ -227,9 +245,10 @@ func randVals(rng *rand.Rand, n int) []float32 {
 	return out
 }
 
-// naive is softmax(scale q.k) v for one token at pos over keys and values
-// [pos'*KVH*D] in float64, heads testHeads, head dim 8.
-func naive(q, keys, vals []float32, pos, window, kvh int, scale float64, sinks []float32) []float64 {
+// naive is softmax(scale q.k) v for one token at pos, seeing positions up
+// to last (pos, or its span's end), over keys and values [pos'*KVH*D] in
+// float64, heads testHeads, head dim 8.
+func naive(q, keys, vals []float32, pos, last, window, kvh int, scale float64, sinks []float32) []float64 {
 	const D = 8
 	rep := testHeads / kvh
 	out := make([]float64, testHeads*D)
@@ -239,12 +258,12 @@ func naive(q, keys, vals []float32, pos, window, kvh int, scale float64, sinks [
 	}
 	for h := range testHeads {
 		kh := h / rep
-		sc := make([]float64, 0, pos-lo+1)
+		sc := make([]float64, 0, last-lo+1)
 		m := math.Inf(-1)
 		if sinks != nil {
 			m = float64(sinks[h])
 		}
-		for s := lo; s <= pos; s++ {
+		for s := lo; s <= last; s++ {
 			var d float64
 			for e := range D {
 				d += float64(q[h*D+e]) * scale * float64(keys[(s*kvh+kh)*D+e])

@@ -657,7 +657,57 @@ View4 view4(const mx::array& a) {
                static_cast<int64_t>(st[3])};
 }
 
+#if PROVIDER_X86
+// dot_avx2 is dot with its eight lanes in one register: the same products,
+// sums and reduction, so the same float.
+PROVIDER_AVX2 float dot_avx2(const float* a, const float* b, int n) {
+  __m256 acc = _mm256_setzero_ps();
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+  }
+  alignas(32) float l[8];
+  _mm256_store_ps(l, acc);
+  float s = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+  for (; i < n; i++) {
+    s += a[i] * b[i];
+  }
+  return s;
+}
+
+// axpy_avx2 is acc[d] += p * v[d], a product then a sum per element as in
+// the plain loop.
+PROVIDER_AVX2 void axpy_avx2(float* acc, float p, const float* v, int n) {
+  const __m256 pp = _mm256_set1_ps(p);
+  int d = 0;
+  for (; d + 8 <= n; d += 8) {
+    _mm256_storeu_ps(acc + d, _mm256_add_ps(_mm256_loadu_ps(acc + d), _mm256_mul_ps(pp, _mm256_loadu_ps(v + d))));
+  }
+  for (; d < n; d++) {
+    acc[d] += p * v[d];
+  }
+}
+#endif
+
+// axpy is acc[d] += p * v[d*stride].
+inline void axpy(float* acc, float p, const float* v, int64_t stride, int n) {
+#if PROVIDER_X86
+  if (stride == 1 && have_avx2()) {
+    axpy_avx2(acc, p, v, n);
+    return;
+  }
+#endif
+  for (int d = 0; d < n; d++) {
+    acc[d] += p * v[d * stride];
+  }
+}
+
 float dot(const float* a, const float* b, int n) {
+#if PROVIDER_X86
+  if (have_avx2()) {
+    return dot_avx2(a, b, n);
+  }
+#endif
   float acc[8] = {};
   int i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -739,11 +789,7 @@ inline void softmax_attend(int lo, int hi, int D, const float* sink, Score score
   }
   std::fill(acc, acc + D, 0.0f);
   for (int s = lo; s <= hi; s++) {
-    const float p = sc[s - lo];
-    const float* vs = value(s);
-    for (int d = 0; d < D; d++) {
-      acc[d] += p * vs[d * vstride];
-    }
+    axpy(acc, sc[s - lo], value(s), vstride, D);
   }
   const float inv = 1.0f / sum;
   for (int d = 0; d < D; d++) {
@@ -801,10 +847,11 @@ void attend(const View4& q, const View4& k, const View4& v, int B, int H, int KV
 
 // paged_attend writes the step's new keys and values into the pools, then
 // computes softmax(scale * q.k) v for every query token i of the step
-// against the keys of its own row. meta[i] = (row, position); the row's
-// keys live in the pools at slot table[row][pos / block] * block + pos %
-// block, and the query at position p sees positions max(0, p - window + 1)
-// .. p (0 ..p when window is 0). Every token's write precedes every read, so
+// against the keys of its own row. meta[i] = (row, position, last): the
+// row's keys live in the pools at slot table[row][pos / block] * block +
+// pos % block, and the query at position p sees positions max(0, p -
+// window + 1) .. last (0 .. last when window is 0); last is p for causal
+// attention and the end of its span for a token of a bidirectional span. Every token's write precedes every read, so
 // a prefill chunk sees its own earlier tokens. Each output is computed in one
 // fixed order whatever the rest of the step holds.
 struct Paged {
@@ -813,7 +860,7 @@ struct Paged {
   float *kpool, *vpool;  // [slots, KVH, D]
   const int32_t* slots;  // [N] write slots
   const int32_t* table;  // [R, MB]
-  const int32_t* meta;   // [N, 2]
+  const int32_t* meta;   // [N, 3]
   const float* sinks;    // [H] or null
   int N, H, KVH, D, MB, block, window;
   float scale;
@@ -829,31 +876,81 @@ void paged_attend(const Paged& a, float* out) {
     }
   }
   const int rep = a.H / a.KVH;
-  const int tasks = a.N * a.H;
+  // A task is a token's query heads of one key-value head (they read each
+  // key and value once, while it is hot), or a single head when that
+  // leaves the threads too few tasks (a lone decode row). Every head's sums
+  // run in one fixed order, so outputs do not depend on the grouping.
+  const int hpt = a.N * a.KVH >= 4 * Pool::get().threads() ? rep : 1;
+  const int per = rep / hpt;
+  const int tasks = a.N * a.KVH * per;
   size_t work = 0;
   for (int i = 0; i < a.N; i++) {
-    work += static_cast<size_t>(a.meta[2 * i + 1] + 1) * a.H * a.D;
+    work += static_cast<size_t>(a.meta[3 * i + 2] + 1) * a.H * a.D;
   }
   run_tasks(tasks, work, [&](int t) {
-    const int i = t / a.H, h = t % a.H, kh = h / rep;
-    const int r = a.meta[2 * i], p = a.meta[2 * i + 1];
+    const int i = t / (a.KVH * per), kh = t / per % a.KVH, h0 = kh * rep + t % per * hpt;
+    const int r = a.meta[3 * i], p = a.meta[3 * i + 1], last = a.meta[3 * i + 2];
     const int lo = a.window > 0 ? std::max(0, p - a.window + 1) : 0;
     const int32_t* tab = a.table + static_cast<size_t>(r) * a.MB;
+    const int n = last - lo + 1, D = a.D;
     thread_local std::vector<float> sc, qv, acc;
-    sc.resize(p - lo + 1);
-    qv.resize(a.D);
-    acc.resize(a.D);
-    const float* qi = a.q + (static_cast<size_t>(i) * a.H + h) * a.D;
-    for (int d = 0; d < a.D; d++) {
-      qv[d] = qi[d] * a.scale;
+    thread_local std::vector<size_t> at;
+    sc.resize(static_cast<size_t>(hpt) * n);
+    at.resize(n);
+    qv.resize(static_cast<size_t>(hpt) * D);
+    acc.resize(static_cast<size_t>(hpt) * D);
+    for (int j = 0; j < hpt; j++) {
+      const float* qi = a.q + (static_cast<size_t>(i) * a.H + h0 + j) * D;
+      for (int d = 0; d < D; d++) {
+        qv[j * D + d] = qi[d] * a.scale;
+      }
     }
-    auto slot = [&](int s) {
-      return (static_cast<size_t>(tab[s / a.block]) * a.block + s % a.block) * row + static_cast<size_t>(kh) * a.D;
-    };
-    softmax_attend(
-        lo, p, a.D, a.sinks != nullptr ? a.sinks + h : nullptr,
-        [&](int s) { return dot(qv.data(), a.kpool + slot(s), a.D); }, [&](int s) { return a.vpool + slot(s); }, 1,
-        sc.data(), acc.data(), out + (static_cast<size_t>(i) * a.H + h) * a.D);
+    // Each position's offset in the pools, filled a block's run at a time
+    // (a division per position cost more than the attention itself).
+    for (int s = lo; s <= last;) {
+      const int blk = s / a.block, off = s - blk * a.block;
+      const int run = std::min(a.block - off, last - s + 1);
+      size_t o = (static_cast<size_t>(tab[blk]) * a.block + off) * row + static_cast<size_t>(kh) * D;
+      for (int x = 0; x < run; x++, o += row) {
+        at[s - lo + x] = o;
+      }
+      s += run;
+    }
+    for (int x = 0; x < n; x++) {
+      const float* k = a.kpool + at[x];
+      for (int j = 0; j < hpt; j++) {
+        sc[j * n + x] = dot(qv.data() + j * D, k, D);
+      }
+    }
+    thread_local std::vector<float> inv;
+    inv.resize(hpt);
+    for (int j = 0; j < hpt; j++) {
+      const float* sink = a.sinks != nullptr ? a.sinks + h0 + j : nullptr;
+      float* scj = sc.data() + j * n;
+      float m = sink != nullptr ? *sink : -INFINITY;
+      for (int x = 0; x < n; x++) {
+        m = std::max(m, scj[x]);
+      }
+      float sum = sink != nullptr ? std::exp(*sink - m) : 0.0f;
+      for (int x = 0; x < n; x++) {
+        scj[x] = std::exp(scj[x] - m);
+        sum += scj[x];
+      }
+      inv[j] = 1.0f / sum;
+    }
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (int x = 0; x < n; x++) {
+      const float* v = a.vpool + at[x];
+      for (int j = 0; j < hpt; j++) {
+        axpy(acc.data() + j * D, sc[j * n + x], v, 1, D);
+      }
+    }
+    for (int j = 0; j < hpt; j++) {
+      float* o = out + (static_cast<size_t>(i) * a.H + h0 + j) * D;
+      for (int d = 0; d < D; d++) {
+        o[d] = acc[j * D + d] * inv[j];
+      }
+    }
   });
 }
 
@@ -1038,8 +1135,8 @@ int mlx_fast_paged_attention(mlx_array* res, const mlx_array q, const mlx_array 
         vp.dtype() != mx::float32 || qa.ndim() != 3 || kp.ndim() != 3 || kp.shape() != vp.shape() ||
         qa.shape(2) != kp.shape(2) || qa.shape(1) % kp.shape(1) != 0 || !kp.is_available() || !vp.is_available() ||
         !kp.flags().row_contiguous || !vp.flags().row_contiguous || kp.data_size() != kp.size() ||
-        vp.data_size() != vp.size()) {
-      throw std::invalid_argument("paged_attention: needs float32 q [N, H, D] and evaluated row-contiguous pools [slots, KVH, D] on the CPU");
+        vp.data_size() != vp.size() || arr(meta).ndim() != 2 || arr(meta).shape(1) != 3) {
+      throw std::invalid_argument("paged_attention: needs float32 q [N, H, D], evaluated row-contiguous pools [slots, KVH, D] on the CPU and meta [N, 3]");
     }
     std::vector<mx::array> in{mx::contiguous(qa, false, st), kp, vp,
                               mx::contiguous(mx::astype(arr(table), mx::int32, st), false, st),

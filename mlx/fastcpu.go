@@ -57,10 +57,11 @@ func (f *Frame) mlxAttention(q, k, v Array, scale float32, maskMode string, sink
 // primitive on the CPU stream (float32): it writes kNew and vNew ([N, KVH,
 // D]; invalid for a layer that reads another layer's pool) into kPool and
 // vPool ([slots, KVH, D], made by NewBuffer) at slots, in place, then
-// query token i of q [N, H, D], of row meta[i][0] at position meta[i][1],
-// attends over its row's positions max(0, p-window+1) .. p (window 0:
-// every earlier position), found at slot table[row][pos/block]*block +
-// pos%block. sinks (may be invalid) adds one logit per head to each
+// query token i of q [N, H, D], of row meta[i][0] at position p =
+// meta[i][1], attends over its row's positions max(0, p-window+1) ..
+// meta[i][2] (window 0: from 0; meta[i][2] is p for causal attention, the
+// end of a bidirectional span for its tokens), found at slot
+// table[row][pos/block]*block + pos%block. sinks (may be invalid) adds one logit per head to each
 // softmax's denominator. The result is [N, H, D].
 func (f *Frame) PagedAttention(q, kNew, vNew, kPool, vPool, slots, table, meta Array, block, window int, scale float32, sinks Array) Array {
 	in := []Array{q, kPool, vPool, table, meta}

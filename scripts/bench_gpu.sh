@@ -5,6 +5,7 @@
 #
 #   bash scripts/bench_gpu.sh llama    # ours vs mlx_lm.server, random Llama-2-7B 4-bit
 #   bash scripts/bench_gpu.sh gptoss   # ours serving gpt-oss-20b with dummy weights
+#   bash scripts/bench_gpu.sh prefix   # prefix caches: ours, ours without, mlx_lm.server's
 #
 # llama: scripts/make_random_llama.py writes one seeded random-weight
 # checkpoint (Llama-2-7B shape, 4-bit affine, groups of 64); both servers
@@ -20,6 +21,13 @@
 # batch size has run once: MLX's CUDA backend compiles kernels on first use)
 # with prompts of another seed, and is discarded. Our server runs up to
 # MAX_CONCURRENT rows; its KV budget comes from the GPU's memory.
+#
+# prefix: the same random Llama checkpoint; shared-prefix prompts
+# (PREFIXES prefixes of PREFIX_TOKENS, PREFIX_PROMPT_TOKENS long,
+# MAX_TOKENS new) at PREFIX_CONCURRENCY against ours (prefix cache on, RAM
+# tier), ours with PROVIDER_PREFIX_CACHE=0 and mlx_lm.server (its prompt
+# cache on, its default), one server up at a time, each after a random
+# warm-up that shares no prefix with the measured prompts.
 #
 # Settings: OUT (results folder, required), TOKENIZER_LLAMA and
 # TOKENIZER_GPTOSS (tokenizer.json paths), SERVERS (llama mode: ours,mlx-lm
@@ -160,8 +168,57 @@ for t in json.load(open(sys.argv[1]))["targets"]:
               f'(TPOT p50 {s["tpot"]["p50_ms"]:.2f} ms), TTFT p50 {s["ttft"]["p50_ms"]:.1f} ms')
 EOF
 	;;
+prefix)
+	CKPT=$WORK/llama2-7b-4bit
+	[ -f "$CKPT/config.json" ] ||
+		$PY scripts/make_random_llama.py --preset llama2-7b --out "$CKPT" --tokenizer "$TOKENIZER_LLAMA" | tee "$OUT/checkpoint.txt"
+	NAME=$(basename "$CKPT")
+	LEVELS=${PREFIX_CONCURRENCY:-1,8}
+	prefix_run() { # target url
+		"$PROVIDER" bench --target "$1=$2" --model "$NAME" --endpoint completions --concurrency "$LEVELS" \
+			--requests 16 --prompts random --prompt-tokens 256 --max-tokens 16 --ignore-eos --warmup 0 --seed 99 \
+			--progress=false --out "$WORK/warm-prefix-$1" >/dev/null
+		"$PROVIDER" bench --target "$1=$2" --model "$NAME" --endpoint completions --concurrency "$LEVELS" \
+			--requests "${PREFIX_REQUESTS:-32}" --prompts shared-prefix --prompt-tokens "${PREFIX_PROMPT_TOKENS:-2112}" \
+			--prefix-tokens "${PREFIX_TOKENS:-2048}" --prefixes "${PREFIXES:-4}" --max-tokens "${MAX_TOKENS}" \
+			--ignore-eos --warmup 0 --seed 1 --progress=false --out "$OUT/prefix-$1"
+	}
+	for target in ${SERVERS//,/ }; do
+		case $target in
+		ours | ours-cold)
+			env PROVIDER_PREFIX_CACHE_SSD=0 PROVIDER_PREFIX_CACHE="$([ "$target" = ours ] && echo 1 || echo 0)" \
+				"$PROVIDER" serve --model "$CKPT" --addr 127.0.0.1:18503 --max-concurrent "$MAX_CONCURRENT" >"$OUT/logs/$target.log" 2>&1 &
+			PID[$target]=$!
+			wait_ready "$target" http://127.0.0.1:18503 300
+			prefix_run "$target" http://127.0.0.1:18503
+			;;
+		mlx-lm)
+			(cd "$WORK" && exec $PY -m mlx_lm server --model "$NAME" --host 127.0.0.1 --port 18503 \
+				--decode-concurrency "$MAX_CONCURRENT") >"$OUT/logs/mlx-lm.log" 2>&1 &
+			PID[$target]=$!
+			wait_ready "$target" http://127.0.0.1:18503 300 /v1/models
+			prefix_run "$target" http://127.0.0.1:18503
+			;;
+		esac
+		kill "${PID[$target]}"
+		wait "${PID[$target]}" || true
+		unset "PID[$target]"
+	done
+	$PY - "$OUT" <<'EOF' | tee "$OUT/summary-prefix.txt"
+import json, os, sys
+for name in ("ours", "ours-cold", "mlx-lm"):
+    path = os.path.join(sys.argv[1], f"prefix-{name}", "results.json")
+    if not os.path.exists(path):
+        continue
+    for t in json.load(open(path))["targets"]:
+        for lv in t["levels"]:
+            s = lv["summary"]
+            print(f'{name} c={lv["level"].get("concurrency")}: TTFT p50 {s["ttft"]["p50_ms"]:.1f} ms, p90 {s["ttft"]["p90_ms"]:.1f} ms, '
+                  f'TPOT p50 {s["tpot"]["p50_ms"]:.2f} ms, out {s["output_throughput"]:.1f} tok/s')
+EOF
+	;;
 *)
-	echo "bench_gpu: unknown mode $MODE (llama, gptoss)" >&2
+	echo "bench_gpu: unknown mode $MODE (llama, gptoss, prefix)" >&2
 	exit 2
 	;;
 esac
