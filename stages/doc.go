@@ -12,7 +12,7 @@
 //
 //	Parse        OpenAI chat/completions JSON -> validated Params, resolved Model
 //	Template     chat template (add_generation_prompt) or raw prompt -> Tokens
-//	MediaDecode  decoded media (seam: refuses media until a decoder exists)
+//	MediaDecode  decoded images and video frames (package media)
 //	VisionTower  vision features (seam: nothing to encode yet)
 //	SpanCarve    multimodal spans in the prompt (seam: none yet)
 //	Admit        request id, token bounds, sampling -> engine.Generation

@@ -497,8 +497,8 @@ func parseMessage(raw json.RawMessage) (Message, []Media, error) {
 }
 
 // parseContent reads a string or a list of content parts. Text parts are
-// concatenated without a separator (as mlx-lm's server does); image parts
-// become Media.
+// concatenated without a separator (as mlx-lm's server does); image and
+// video parts become Media.
 func parseContent(raw json.RawMessage) (text string, media []Media, present bool, err error) {
 	if isNull(raw) {
 		return "", nil, false, nil
@@ -537,23 +537,27 @@ func parseContent(raw json.RawMessage) (text string, media []Media, present bool
 				return "", nil, false, invalid(CodeInvalidType, "messages")
 			}
 			buf.WriteString(s)
-		case "image_url":
-			if err := onlyKeys(pf, keySet(nil, "type", "image_url")); err != nil {
+		case "image_url", "video_url":
+			if err := onlyKeys(pf, keySet(nil, "type", typ)); err != nil {
 				return "", nil, false, err
 			}
-			img, err := object(pf["image_url"], "messages")
+			obj, err := object(pf[typ], "messages")
 			if err != nil {
 				return "", nil, false, err
 			}
-			if err := onlyKeys(img, keySet(nil, "url", "detail")); err != nil {
+			if err := onlyKeys(obj, keySet(nil, "url", "detail")); err != nil {
 				return "", nil, false, err
 			}
 			var url string
-			if ok, err := get(img, "url", &url); err != nil || !ok || url == "" {
+			if ok, err := get(obj, "url", &url); err != nil || !ok || url == "" {
 				return "", nil, false, invalid(CodeInvalidValue, "messages")
 			}
-			media = append(media, Media{Kind: "image", URL: url})
-		case "input_audio", "file", "video_url", "input_video":
+			kind := "image"
+			if typ == "video_url" {
+				kind = "video"
+			}
+			media = append(media, Media{Kind: kind, URL: url})
+		case "input_audio", "file", "input_video":
 			return "", nil, false, invalid(CodeUnsupportedMedia, "messages")
 		default:
 			return "", nil, false, invalid(CodeInvalidValue, "messages")

@@ -6,6 +6,7 @@ import (
 
 	"github.com/goprovider/provider/engine"
 	"github.com/goprovider/provider/jinja"
+	"github.com/goprovider/provider/media"
 	"github.com/goprovider/provider/sample"
 	"github.com/goprovider/provider/tokenizer"
 )
@@ -29,6 +30,9 @@ type Model struct {
 	// channels) splits it into content and reasoning. Nil: every token's
 	// text is content.
 	NewOutputParser func() OutputParser
+	// Vision says the model has a vision tower: MediaDecode decodes the
+	// media of its requests. False refuses media (400 unsupported_media).
+	Vision bool
 }
 
 // Catalog resolves a requested model name.
@@ -73,7 +77,7 @@ type Message struct {
 
 // Media is a media part of a user turn, not yet fetched or decoded.
 type Media struct {
-	Kind string // "image"
+	Kind string // "image" or "video"
 	URL  string
 }
 
@@ -129,6 +133,11 @@ type Request struct {
 	// Prompt is the rendered chat prompt or the completion text (Template).
 	Prompt string
 	Tokens []int32 // set by Template
+	// Images and Videos are the decoded parts of Params.Media, each in the
+	// order of its kind's parts; a video is its sampled frames
+	// (MediaDecode).
+	Images []*media.Image
+	Videos [][]media.Frame
 	// Spans are the multimodal spans of Tokens (SpanCarve).
 	Spans      []engine.Span
 	Generation *engine.Generation // set by Admit
