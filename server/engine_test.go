@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goprovider/provider/cache"
 	"github.com/goprovider/provider/engine"
 	"github.com/goprovider/provider/engine/enginetest"
 	"github.com/goprovider/provider/family"
@@ -240,7 +241,12 @@ func TestOpenAIPythonClient(t *testing.T) {
 // the repeat (streamed) its one whole block, another user's repeat none,
 // and /metrics counts the hit and the misses.
 func TestRealPrefixCacheUsage(t *testing.T) {
-	h, _ := realServer(t, engine.Options{Prefix: engine.PrefixOptions{Budget: 16 << 20}})
+	disk, err := cache.OpenDisk(cache.DiskOptions{Dir: filepath.Join(t.TempDir(), "stories")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { disk.Close() })
+	h, _ := realServer(t, engine.Options{Prefix: engine.PrefixOptions{Budget: 16 << 20, Disk: disk}})
 	ids := make([]string, 300)
 	for i := range ids {
 		ids[i] = fmt.Sprint(3 + i%400)
@@ -283,7 +289,11 @@ func TestRealPrefixCacheUsage(t *testing.T) {
 	}
 	_, metrics := h.get(t, "/metrics")
 	for _, want := range []string{`provider_prefix_cache_hits_total{model="stories"} 1`, `provider_prefix_cache_misses_total{model="stories"} 2`,
-		`provider_prefix_cache_tokens_saved_total{model="stories"} 256`} {
+		`provider_prefix_cache_tokens_saved_total{model="stories"} 256`,
+		// The first request and the other scope's looked on disk for their
+		// block and found none; the repeat found it in RAM.
+		`provider_prefix_cache_disk_misses_total{model="stories",reason="absent"} 2`,
+		`# TYPE provider_prefix_cache_disk_writes_total counter`} {
 		if !strings.Contains(string(metrics), want) {
 			t.Errorf("metrics lack %q", want)
 		}

@@ -214,35 +214,34 @@ func writePrefixCache(b io.Writer, engines []modelStats) {
 	if !slices.ContainsFunc(engines, func(e modelStats) bool { return e.cacheOn }) {
 		return
 	}
-	series := func(name, typ, help string, value func(cache.Stats) uint64) {
+	// series writes one series for the models where value reports one.
+	series := func(name, typ, help string, value func(modelStats) (uint64, bool)) {
 		header(b, name, typ, help)
 		for _, e := range engines {
-			if e.cacheOn {
-				fmt.Fprintf(b, "%s{model=%s} %d\n", name, quote(e.name), value(e.cache))
+			if v, ok := value(e); ok {
+				fmt.Fprintf(b, "%s{model=%s} %d\n", name, quote(e.name), v)
 			}
 		}
 	}
-	series("provider_prefix_cache_hits_total", "counter", "Admissions that adopted cached prefix blocks.", func(s cache.Stats) uint64 { return s.Hits })
-	series("provider_prefix_cache_misses_total", "counter", "Admissions that found no cached prefix block.", func(s cache.Stats) uint64 { return s.Misses })
-	series("provider_prefix_cache_tokens_saved_total", "counter", "Prompt tokens adopted from the cache instead of computed.", func(s cache.Stats) uint64 { return s.TokensSaved })
-	series("provider_prefix_cache_evictions_total", "counter", "Cached blocks let go to stay within the budget.", func(s cache.Stats) uint64 { return s.Evicted })
-	series("provider_prefix_cache_collisions_total", "counter", "Cache keys found holding other tokens (never used).", func(s cache.Stats) uint64 { return s.Collisions })
-	series("provider_prefix_cache_entries", "gauge", "Blocks the prefix cache indexes.", func(s cache.Stats) uint64 { return uint64(s.Entries) })
-	series("provider_prefix_cache_bytes", "gauge", "Bytes of cached blocks no running generation holds (bounded by the budget).", func(s cache.Stats) uint64 { return uint64(s.Bytes) })
-	series("provider_prefix_cache_shared_bytes", "gauge", "Bytes of cached blocks running generations also hold.", func(s cache.Stats) uint64 { return uint64(s.SharedBytes) })
-	series("provider_prefix_cache_budget_bytes", "gauge", "The prefix cache's byte budget.", func(s cache.Stats) uint64 { return uint64(s.Budget) })
+	ram := func(f func(cache.Stats) uint64) func(modelStats) (uint64, bool) {
+		return func(e modelStats) (uint64, bool) { return f(e.cache), e.cacheOn }
+	}
+	series("provider_prefix_cache_hits_total", "counter", "Admissions that adopted cached prefix blocks.", ram(func(s cache.Stats) uint64 { return s.Hits }))
+	series("provider_prefix_cache_misses_total", "counter", "Admissions that found no cached prefix block.", ram(func(s cache.Stats) uint64 { return s.Misses }))
+	series("provider_prefix_cache_tokens_saved_total", "counter", "Prompt tokens adopted from the cache instead of computed.", ram(func(s cache.Stats) uint64 { return s.TokensSaved }))
+	series("provider_prefix_cache_evictions_total", "counter", "Cached blocks let go to stay within the budget.", ram(func(s cache.Stats) uint64 { return s.Evicted }))
+	series("provider_prefix_cache_collisions_total", "counter", "Cache keys found holding other tokens (never used).", ram(func(s cache.Stats) uint64 { return s.Collisions }))
+	series("provider_prefix_cache_entries", "gauge", "Blocks the prefix cache indexes.", ram(func(s cache.Stats) uint64 { return uint64(s.Entries) }))
+	series("provider_prefix_cache_bytes", "gauge", "Bytes of cached blocks no running generation holds (bounded by the budget).", ram(func(s cache.Stats) uint64 { return uint64(s.Bytes) }))
+	series("provider_prefix_cache_shared_bytes", "gauge", "Bytes of cached blocks running generations also hold.", ram(func(s cache.Stats) uint64 { return uint64(s.SharedBytes) }))
+	series("provider_prefix_cache_budget_bytes", "gauge", "The prefix cache's byte budget.", ram(func(s cache.Stats) uint64 { return uint64(s.Budget) }))
 	if !slices.ContainsFunc(engines, func(e modelStats) bool { return e.cache.DiskOn }) {
 		return
 	}
-	disk := func(name, typ, help string, value func(cache.DiskStats) uint64) {
-		header(b, name, typ, help)
-		for _, e := range engines {
-			if e.cacheOn && e.cache.DiskOn {
-				fmt.Fprintf(b, "%s{model=%s} %d\n", name, quote(e.name), value(e.cache.Disk))
-			}
-		}
+	disk := func(f func(cache.DiskStats) uint64) func(modelStats) (uint64, bool) {
+		return func(e modelStats) (uint64, bool) { return f(e.cache.Disk), e.cacheOn && e.cache.DiskOn }
 	}
-	disk("provider_prefix_cache_disk_hits_total", "counter", "Blocks read back from the SSD tier.", func(s cache.DiskStats) uint64 { return s.Hits })
+	series("provider_prefix_cache_disk_hits_total", "counter", "Blocks read back from the SSD tier.", disk(func(s cache.DiskStats) uint64 { return s.Hits }))
 	header(b, "provider_prefix_cache_disk_misses_total", "counter", "SSD tier reads that returned nothing, by reason (a damaged, foreign or expired file is deleted).")
 	for _, e := range engines {
 		if !e.cacheOn || !e.cache.DiskOn {
@@ -256,12 +255,12 @@ func writePrefixCache(b io.Writer, engines []modelStats) {
 			fmt.Fprintf(b, "provider_prefix_cache_disk_misses_total{model=%s,reason=%s} %d\n", quote(e.name), quote(r.reason), r.n)
 		}
 	}
-	disk("provider_prefix_cache_disk_writes_total", "counter", "Blocks written to the SSD tier.", func(s cache.DiskStats) uint64 { return s.Writes })
-	disk("provider_prefix_cache_disk_dropped_total", "counter", "Blocks not written: queue full, cooling down after ENOSPC, too big, or a failed write.", func(s cache.DiskStats) uint64 { return s.Dropped })
-	disk("provider_prefix_cache_disk_cooldowns_total", "counter", "Times the SSD tier stopped writing (ENOSPC or low free space).", func(s cache.DiskStats) uint64 { return s.Cooldowns })
-	disk("provider_prefix_cache_disk_files", "gauge", "Block files in the SSD tier.", func(s cache.DiskStats) uint64 { return uint64(s.Files) })
-	disk("provider_prefix_cache_disk_bytes", "gauge", "Bytes of block files in the SSD tier.", func(s cache.DiskStats) uint64 { return uint64(s.Bytes) })
-	disk("provider_prefix_cache_disk_budget_bytes", "gauge", "The SSD tier's byte budget.", func(s cache.DiskStats) uint64 { return uint64(s.Budget) })
+	series("provider_prefix_cache_disk_writes_total", "counter", "Blocks written to the SSD tier.", disk(func(s cache.DiskStats) uint64 { return s.Writes }))
+	series("provider_prefix_cache_disk_dropped_total", "counter", "Blocks not written: queue full, cooling down after ENOSPC, too big, or a failed write.", disk(func(s cache.DiskStats) uint64 { return s.Dropped }))
+	series("provider_prefix_cache_disk_cooldowns_total", "counter", "Times the SSD tier stopped writing (ENOSPC or low free space).", disk(func(s cache.DiskStats) uint64 { return s.Cooldowns }))
+	series("provider_prefix_cache_disk_files", "gauge", "Block files in the SSD tier.", disk(func(s cache.DiskStats) uint64 { return uint64(s.Files) }))
+	series("provider_prefix_cache_disk_bytes", "gauge", "Bytes of block files in the SSD tier.", disk(func(s cache.DiskStats) uint64 { return uint64(s.Bytes) }))
+	series("provider_prefix_cache_disk_budget_bytes", "gauge", "The SSD tier's byte budget.", disk(func(s cache.DiskStats) uint64 { return uint64(s.Budget) }))
 }
 
 func header(w io.Writer, name, typ, help string) {
