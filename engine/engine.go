@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -198,7 +199,14 @@ func (e *Engine) Submit(ctx context.Context, g Generation) (<-chan Event, error)
 		sampler:  sample.New(g.Sampling),
 		progress: e.opt.Clock.Now(),
 	}
-	for _, sp := range g.Spans {
+	// Touching spans (two images back to back) form one bidirectional
+	// block; the scheduler validates them at Submit.
+	ordered := slices.SortedFunc(slices.Values(g.Spans), func(a, b cache.Span) int { return a.Start - b.Start })
+	for _, sp := range ordered {
+		if n := len(l.spans); n > 0 && l.spans[n-1].End == sp.Start {
+			l.spans[n-1].End = sp.End
+			continue
+		}
 		l.spans = append(l.spans, kvpool.Span{Start: sp.Start, End: sp.End})
 	}
 	l.staged = e.readStaged(g)

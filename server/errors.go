@@ -74,6 +74,7 @@ func unavailable(code, message string) outcome {
 // that decides a status.
 func classify(err error) outcome {
 	var inv *stages.Invalid
+	var carve *stages.CarveError
 	switch {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return outcome{status: StatusClientClosedRequest, class: classCancelled, typ: "invalid_request_error", code: "client_closed_request", message: "The client closed the request."}
@@ -107,6 +108,13 @@ func classify(err error) outcome {
 		return outcome{status: 413, class: classTooLarge, typ: "invalid_request_error", code: "request_too_large", message: "The request body is too large."}
 	case errors.Is(err, graph.ErrBusy), errors.Is(err, engine.ErrQueueFull):
 		return outcome{status: 429, class: classQueueFull, typ: "rate_limit_error", code: "queue_full", message: "The server is busy; retry later."}
+	case errors.As(err, &carve):
+		// The prompt's placeholders and the tower's media disagree: our
+		// template or tower is at fault, not the request. The reason is a
+		// closed set, safe to name.
+		o := unavailable("media_span_mismatch", "The server could not place the request's media in its prompt; retry elsewhere.")
+		o.param = carve.Reason.String()
+		return o
 	case errors.Is(err, engine.ErrNeverFits):
 		return unavailable("kv_capacity", "The request does not fit the model's KV cache capacity.")
 	case errors.Is(err, engine.ErrDraining), errors.Is(err, graph.ErrClosed), errors.Is(err, engine.ErrShutdown):

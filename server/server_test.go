@@ -36,7 +36,17 @@ func fixedMessages() []string {
 		out = append(out, classify(err).message)
 	}
 	out = append(out, classify(stages.ErrUnknownModel).message)
+	out = append(out, classify(&stages.CarveError{Reason: stages.CarveShortRun}).message)
 	return out
+}
+
+// TestCarveErrorIsProviderSide: a placeholder mismatch is the server's
+// fault: 503 with the closed reason as its param, logged as an error.
+func TestCarveErrorIsProviderSide(t *testing.T) {
+	o := classify(fmt.Errorf("stage spans: %w", &stages.CarveError{Reason: stages.CarveLeftover, At: 7}))
+	if o.status != 503 || o.code != "media_span_mismatch" || o.param != "leftover_placeholders" || !o.provider() {
+		t.Fatalf("outcome %+v", o)
+	}
 }
 
 func TestBadInput(t *testing.T) {

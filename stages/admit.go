@@ -81,6 +81,7 @@ func (Admit) Apply(_ context.Context, req *Request) error {
 		TopLogprobs: top,
 		IgnoreEOS:   p.IgnoreEOS,
 		CacheScope:  cache.SaltScope(p.PromptCacheKey, p.User),
+		Spans:       req.Spans,
 	}
 	return nil
 }

@@ -82,8 +82,9 @@ func (VisionTower) Name() string { return "vision" }
 // Apply implements Stage.
 func (VisionTower) Apply(context.Context, *Request) error { return nil }
 
-// SpanCarve pairs placeholder runs in the prompt with media features, one
-// span per image or frame. A text prompt has none.
+// SpanCarve pairs placeholder runs in the prompt with the vision tower's
+// media items (CarveSpans), one span per image or frame. A text prompt has
+// none.
 type SpanCarve struct{}
 
 // Name implements Stage.
@@ -92,5 +93,13 @@ func (SpanCarve) Name() string { return "spans" }
 // Apply implements Stage.
 func (SpanCarve) Apply(_ context.Context, req *Request) error {
 	req.Spans = nil
+	if len(req.MediaItems) == 0 {
+		return nil
+	}
+	spans, err := CarveSpans(req.Tokens, req.MediaItems)
+	if err != nil {
+		return err
+	}
+	req.Spans = spans
 	return nil
 }

@@ -2,6 +2,7 @@ package stages
 
 import (
 	"context"
+	"github.com/goprovider/provider/cache"
 	"time"
 
 	"github.com/goprovider/provider/engine"
@@ -138,8 +139,11 @@ type Request struct {
 	// (MediaDecode).
 	Images []*media.Image
 	Videos [][]media.Frame
-	// Spans are the multimodal spans of Tokens (SpanCarve).
-	Spans      []engine.Span
+	// MediaItems are the vision tower's output per image and frame, in
+	// prompt order (VisionTower); Spans are where each sits in Tokens
+	// (SpanCarve).
+	MediaItems []MediaItem
+	Spans      []cache.Span
 	Generation *engine.Generation // set by Admit
 }
 
