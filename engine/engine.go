@@ -87,6 +87,7 @@ type live struct {
 	seq     []int32 // prompt followed by every sampled token
 	emitted int     // completion tokens delivered
 	cached  int     // tokens adopted from the prefix cache at admission
+	failed  error   // why the row's last step failed
 	spans   []kvpool.Span
 	// staged are blocks of the prompt read from the SSD tier at Submit,
 	// put in the pool and indexed at admission.
@@ -495,7 +496,13 @@ func (e *Engine) tick() bool {
 		case FinishKVExhausted:
 			e.end(f.l, Event{Kind: EventError, Reason: f.r, Err: ErrNeverFits})
 		default:
-			e.end(f.l, Event{Kind: EventError, Reason: f.r, Err: ErrStepFailed})
+			why := ErrStepFailed
+			if f.l.failed != nil {
+				// The cause (an MLX error) stays in the chain for callers
+				// and tests; the server shows only the class.
+				why = fmt.Errorf("%w: %w", ErrStepFailed, f.l.failed)
+			}
+			e.end(f.l, Event{Kind: EventError, Reason: f.r, Err: why})
 		}
 	}
 	for _, l := range pre {
@@ -546,6 +553,7 @@ func (e *Engine) tick() bool {
 		l := w.l
 		if err != nil {
 			res.Failed = append(res.Failed, l.gen.ID)
+			l.failed = err
 			e.freeSeq(l)
 			continue
 		}

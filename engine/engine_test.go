@@ -232,3 +232,46 @@ func TestIgnoreEOS(t *testing.T) {
 		t.Fatalf("token %d is %d, not an EOS token %v", len(stopped.tokens), on.tokens[len(stopped.tokens)], m.Config.EOS)
 	}
 }
+
+// failing is a network whose Forward fails its frame on its nth call: an
+// MLX error of one step, which fails that step's rows, not the engine.
+type failing struct {
+	model.Network
+	calls, nth int
+}
+
+var errScripted = errors.New("scripted kernel failure")
+
+func (p *failing) Forward(f *mlx.Frame, b *kvpool.Batch) mlx.Array {
+	p.calls++
+	if p.calls == p.nth {
+		f.Fail(errScripted)
+		return mlx.Array{}
+	}
+	return p.Network.Forward(f, b)
+}
+
+func TestFailedStepKeepsItsCause(t *testing.T) {
+	e, m := enginetest.StartWrapped(t, enginetest.Stories(), engine.Options{}, func(n model.Network) model.Network {
+		return &failing{Network: n, nth: 3}
+	})
+	ch, err := e.Submit(context.Background(), engine.Generation{ID: "p", Prompt: prompts(m)[1], MaxTokens: 10, TopLogprobs: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := collect(ch)
+	if o.last.Kind != engine.EventError || !errors.Is(o.last.Err, engine.ErrStepFailed) || !errors.Is(o.last.Err, errScripted) {
+		t.Fatalf("last event %+v: want the step failure and its cause", o.last)
+	}
+	if err := e.Err(); err != nil {
+		t.Fatalf("one failed step stopped the engine: %v", err)
+	}
+	// The engine serves on.
+	ch, err = e.Submit(context.Background(), engine.Generation{ID: "q", Prompt: prompts(m)[1], MaxTokens: 2, TopLogprobs: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := collect(ch); o.last.Kind != engine.EventFinished {
+		t.Fatalf("after a failed step: %+v", o.last)
+	}
+}
