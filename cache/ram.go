@@ -148,6 +148,15 @@ func (x *Index) Adopt(s *kvpool.Seq, scope Scope, spans []Span, tokens []int32, 
 	return n, nil
 }
 
+// Cached is how many tokens Adopt would adopt now, without adopting,
+// counting or touching anything.
+func (x *Index) Cached(scope Scope, spans []Span, tokens []int32, limit int) int {
+	collisions := x.stats.Collisions
+	n := len(x.match(scope, spans, tokens, limit)) * BlockTokens
+	x.stats.Collisions = collisions
+	return n
+}
+
 // match walks the chain of tokens' blocks and returns the entries of the
 // longest prefix a sequence can adopt: every full-attention group's block
 // present along the way, and each sliding group's newest Ring blocks.

@@ -57,7 +57,11 @@
 // blocks included, so the ledger never undercounts). Admission asks the
 // Scheduler's Prefixes for the longest cached prefix of the row's sequence
 // that leaves its last token to compute; the row adopts those blocks and
-// its first prefill chunk starts after them. Blocks missing from RAM are
+// its first prefill chunk starts after them. A row whose prompt shares
+// more blocks with a running row's still-prefilling prompt than the cache
+// holds waits at the head of the queue until that row has stored them, so
+// rows with one prefix that arrive together cost one prefill. Blocks
+// missing from RAM are
 // read from the SSD tier (PrefixOptions.Disk) at Submit, by the submitting
 // goroutine, and put into the pool when the row is admitted. The usage of
 // a finished row reports the adopted tokens as CachedTokens.

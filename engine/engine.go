@@ -664,16 +664,20 @@ func (e *Engine) tidyCache() {
 // run inside Plan, on the loop's MLX thread with mu held.
 type enginePrefixes struct{ e *Engine }
 
-func (p enginePrefixes) Adopt(id RequestID, tokens int) int {
+func (p enginePrefixes) Adopt(id RequestID, tokens int) (int, bool) {
 	e := p.e
 	l := e.rows[id]
 	if l == nil {
-		return 0
+		return 0, false
 	}
 	e.freeSeq(l)
 	e.stage(l)
+	limit := (tokens - 1) / kvpool.BlockTokens
+	if e.awaitPrefix(l, tokens, e.prefix.Cached(l.gen.CacheScope, l.gen.Spans, l.seq[:tokens], limit)) {
+		return 0, true
+	}
 	l.kv = e.pool.NewSeq()
-	n, err := e.prefix.Adopt(l.kv, l.gen.CacheScope, l.gen.Spans, l.seq[:tokens], (tokens-1)/kvpool.BlockTokens)
+	n, err := e.prefix.Adopt(l.kv, l.gen.CacheScope, l.gen.Spans, l.seq[:tokens], limit)
 	if err != nil {
 		// The cache lost track of a block it indexed: compute instead.
 		e.prefix.Untrack(l.kv)
@@ -683,7 +687,32 @@ func (p enginePrefixes) Adopt(id RequestID, tokens int) int {
 		n = 0
 	}
 	l.cached = n
-	return n
+	return n, false
+}
+
+// awaitPrefix reports whether row l should wait for a running row that is
+// still prefilling the same prompt blocks (same scope, no media) beyond the
+// cached tokens: once that row has stored them, l adopts them instead of
+// computing them a second time. Rows with one prefix that arrive together
+// then cost one prefill.
+func (e *Engine) awaitPrefix(l *live, tokens, cached int) bool {
+	if len(l.gen.Spans) > 0 {
+		return false
+	}
+	for _, o := range e.rows {
+		if o == l || o.kv == nil || o.kv.Len() >= len(o.gen.Prompt) || o.gen.CacheScope != l.gen.CacheScope || len(o.gen.Spans) > 0 {
+			continue
+		}
+		common := 0
+		for common < min(tokens-1, len(o.gen.Prompt)) && o.gen.Prompt[common] == l.seq[common] {
+			common++
+		}
+		shared := common / kvpool.BlockTokens * kvpool.BlockTokens
+		if shared > cached && o.kv.Len() < shared {
+			return true
+		}
+	}
+	return false
 }
 
 func (p enginePrefixes) Drop(id RequestID) {

@@ -280,3 +280,40 @@ func TestPrefixCacheMediaKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestPrefixCacheSharesInFlightPrefill submits rows with one prompt
+// prefix together: the later ones wait for the first to store the shared
+// blocks and adopt them, instead of computing them again, with the cold
+// output.
+func TestPrefixCacheSharesInFlightPrefill(t *testing.T) {
+	cold, m := enginetest.Start(t, enginetest.SmolLM2(), engine.Options{KVCapacity: 256 << 20})
+	warm, _ := enginetest.Start(t, enginetest.SmolLM2(), engine.Options{KVCapacity: 256 << 20, Sched: engine.Config{MaxConcurrent: 4},
+		Prefix: engine.PrefixOptions{Budget: 128 << 20}})
+	base := randomPrompt(31, 600, m.Config.Vocab)
+	prompts := [][]int32{base, append(slices.Clone(base[:550]), randomPrompt(32, 50, m.Config.Vocab)...), base}
+	want := make([][]int32, len(prompts))
+	for i, p := range prompts {
+		want[i], _ = gen(t, cold, fmt.Sprint("cold", i), p, cache.NoScope)
+	}
+	chans := make([]<-chan engine.Event, len(prompts))
+	for i, p := range prompts {
+		ch, err := warm.Submit(context.Background(), engine.Generation{ID: engine.RequestID(fmt.Sprint("warm", i)), Prompt: p, MaxTokens: 12,
+			TopLogprobs: -1, IgnoreEOS: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		chans[i] = ch
+	}
+	saved := 0
+	for i, ch := range chans {
+		toks, last := enginetest.Collect(ch)
+		if last.Kind != engine.EventFinished || !slices.Equal(toks, want[i]) {
+			t.Errorf("row %d: tokens %v (last %+v), cold %v", i, toks, last, want[i])
+		}
+		saved += last.Usage.CachedTokens
+	}
+	// The first computes both blocks; the others adopt them.
+	if saved != 2*2*kvpool.BlockTokens {
+		t.Errorf("cached_tokens sum to %d, want %d", saved, 4*kvpool.BlockTokens)
+	}
+}

@@ -275,7 +275,9 @@ type Prefixes interface {
 	// Adopt gives the row being admitted the longest cached prefix of the
 	// first tokens tokens of its sequence that leaves the last one to
 	// compute, and returns how many tokens that prefix holds (0: none).
-	Adopt(id RequestID, tokens int) int
+	// wait asks admission to hold the row back: a running row is about to
+	// store more of its prefix than the cache holds now.
+	Adopt(id RequestID, tokens int) (cached int, wait bool)
 	// Drop takes back what Adopt gave when the admission does not go
 	// through.
 	Drop(id RequestID)
@@ -569,12 +571,12 @@ func (s *Scheduler) admit(p *planner) {
 			s.finish(r, FinishKVExhausted)
 			continue
 		}
-		adopted := s.prefixes != nil
+		adopted, wait := s.prefixes != nil, false
 		if adopted {
-			r.kv = s.prefixes.Adopt(r.req.ID, r.target())
+			r.kv, wait = s.prefixes.Adopt(r.req.ID, r.target())
 		}
 		n, ok := s.chunk(r, p.left(), p.firstPrefill())
-		if !ok || !s.ledger.TryCharge(r.req.ID, s.layout.SequenceBytes(r.kv+n)) {
+		if wait || !ok || !s.ledger.TryCharge(r.req.ID, s.layout.SequenceBytes(r.kv+n)) {
 			if adopted {
 				s.prefixes.Drop(r.req.ID)
 				r.kv = 0

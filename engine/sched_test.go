@@ -465,12 +465,13 @@ func (m *propModel) check(after string) {
 // a log of what admission asked of it.
 type scriptedPrefixes struct {
 	cached map[RequestID]int
+	wait   map[RequestID]bool
 	log    []string
 }
 
-func (p *scriptedPrefixes) Adopt(id RequestID, tokens int) int {
+func (p *scriptedPrefixes) Adopt(id RequestID, tokens int) (int, bool) {
 	p.log = append(p.log, fmt.Sprintf("adopt %s %d", id, tokens))
-	return p.cached[id]
+	return p.cached[id], p.wait[id]
 }
 
 func (p *scriptedPrefixes) Drop(id RequestID) { p.log = append(p.log, "drop "+string(id)) }
@@ -514,6 +515,30 @@ func TestAdmissionAdoptsCachedPrefixes(t *testing.T) {
 		t.Fatalf("big admitted over the ledger: %+v", plan)
 	}
 	if got := strings.Join(q.log, ", "); got != "adopt run 400, adopt big 300, drop big" {
+		t.Errorf("asked %q", got)
+	}
+
+	// A row told to wait is not admitted, nor is anyone behind it (FIFO);
+	// once told otherwise it starts after its prefix.
+	w := NewScheduler(Config{}, unitLayout(1, 0, 0), 1<<20)
+	wp := &scriptedPrefixes{cached: map[RequestID]int{"second": 256}, wait: map[RequestID]bool{"second": true}}
+	w.SetPrefixes(wp)
+	for _, id := range []RequestID{"first", "second", "third"} {
+		if err := w.Submit(Request{ID: id, PromptTokens: 600, MaxTokens: 4}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plan = w.Plan()
+	if len(plan.Prefill) != 1 || plan.Prefill[0].ID != "first" {
+		t.Fatalf("with second waiting: %+v", plan.Prefill)
+	}
+	w.Complete(StepResult{})
+	wp.wait["second"] = false
+	plan = w.Plan()
+	if !slices.ContainsFunc(plan.Prefill, func(c PrefillChunk) bool { return c.ID == "second" && c.Start == 256 }) {
+		t.Fatalf("second not admitted after its prefix: %+v", plan.Prefill)
+	}
+	if got := strings.Join(wp.log, ", "); !strings.HasPrefix(got, "adopt first 600, adopt second 600, drop second, adopt second 600") {
 		t.Errorf("asked %q", got)
 	}
 }
