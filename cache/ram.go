@@ -122,7 +122,10 @@ func (x *Index) Has(key uint64) bool {
 // against the request: its stored tokens, parent and scope, not only its
 // key, which also holds the media.
 func (x *Index) Adopt(s *kvpool.Seq, scope Scope, spans []Span, tokens []int32, limit int) (int, error) {
-	ents := x.match(scope, spans, tokens, limit)
+	ents, collided := x.match(scope, spans, tokens, limit)
+	if collided {
+		x.stats.Collisions++
+	}
 	x.clock++
 	for _, e := range ents {
 		e.used = x.clock
@@ -151,18 +154,16 @@ func (x *Index) Adopt(s *kvpool.Seq, scope Scope, spans []Span, tokens []int32, 
 // Cached is how many tokens Adopt would adopt now, without adopting,
 // counting or touching anything.
 func (x *Index) Cached(scope Scope, spans []Span, tokens []int32, limit int) int {
-	collisions := x.stats.Collisions
-	n := len(x.match(scope, spans, tokens, limit)) * BlockTokens
-	x.stats.Collisions = collisions
-	return n
+	ents, _ := x.match(scope, spans, tokens, limit)
+	return len(ents) * BlockTokens
 }
 
 // match walks the chain of tokens' blocks and returns the entries of the
 // longest prefix a sequence can adopt: every full-attention group's block
 // present along the way, and each sliding group's newest Ring blocks.
-func (x *Index) match(scope Scope, spans []Span, tokens []int32, limit int) []*entry {
+// collided reports a key found holding other tokens; match counts nothing.
+func (x *Index) match(scope Scope, spans []Span, tokens []int32, limit int) (ents []*entry, collided bool) {
 	limit = min(limit, len(tokens)/BlockTokens)
-	var ents []*entry
 	var parent uint64
 	for j := range limit {
 		block := tokens[j*BlockTokens : (j+1)*BlockTokens]
@@ -172,7 +173,7 @@ func (x *Index) match(scope Scope, spans []Span, tokens []int32, limit int) []*e
 			break
 		}
 		if !e.is(parent, j == 0, scope, block) {
-			x.stats.Collisions++
+			collided = true
 			break
 		}
 		if !x.holdsFull(e) {
@@ -183,10 +184,10 @@ func (x *Index) match(scope Scope, spans []Span, tokens []int32, limit int) []*e
 	}
 	for k := len(ents); k > 0; k-- {
 		if x.ringsHeld(ents[:k]) {
-			return ents[:k]
+			return ents[:k], collided
 		}
 	}
-	return nil
+	return nil, collided
 }
 
 // is reports whether e is the block of tokens after parent under scope.
