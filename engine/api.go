@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/goprovider/provider/cache"
+	"github.com/goprovider/provider/kvpool"
 	"github.com/goprovider/provider/sample"
 )
 
@@ -31,6 +32,13 @@ type Generation struct {
 	// video frame, in order: each is attended bidirectionally, never split
 	// by a prefill chunk, and keys the prefix cache's blocks by its hash.
 	Spans []cache.Span
+	// Embeds replace the token embeddings of prompt positions with given
+	// input embeddings (an image's soft tokens, written over its
+	// placeholders): each Rows x the model's hidden size, inside the
+	// prompt. The model applies them only where its family reads them
+	// (model.Network); the prefix cache keys those positions by their
+	// span's hash.
+	Embeds []kvpool.Embed
 }
 
 // EventKind tells the three kinds of Event apart.

@@ -185,6 +185,15 @@ func (e *Engine) Submit(ctx context.Context, g Generation) (<-chan Event, error)
 			return nil, fmt.Errorf("engine: %w: token %d outside the vocabulary", ErrInvalidToken, id)
 		}
 	}
+	if _, ok := e.net.(model.EmbedReader); len(g.Embeds) > 0 && !ok {
+		return nil, fmt.Errorf("engine: %w: the model reads no input embeddings", ErrBadEmbed)
+	}
+	hidden := e.net.Config().Hidden
+	for _, em := range g.Embeds {
+		if em.Rows <= 0 || em.Pos < 0 || em.Pos+em.Rows > len(g.Prompt) || len(em.Data) != em.Rows*hidden {
+			return nil, fmt.Errorf("engine: %w: %d rows at %d (%d values) for a %d-token prompt of hidden size %d", ErrBadEmbed, em.Rows, em.Pos, len(em.Data), len(g.Prompt), hidden)
+		}
+	}
 	// No generation runs past the context window.
 	if ctxLen := e.net.Config().ContextLength; ctxLen > 0 && g.MaxTokens > ctxLen-len(g.Prompt) {
 		g.MaxTokens = max(ctxLen-len(g.Prompt), 0)
@@ -236,6 +245,9 @@ func (e *Engine) Submit(ctx context.Context, g Generation) (<-chan Event, error)
 
 // ErrInvalidToken: a prompt token is outside the model's vocabulary.
 var ErrInvalidToken = errors.New("invalid token id")
+
+// ErrBadEmbed: an input embedding does not fit the prompt or the model.
+var ErrBadEmbed = errors.New("input embedding does not fit")
 
 // Stats is a snapshot of the scheduler's counters.
 func (e *Engine) Stats() Stats {
@@ -523,7 +535,7 @@ func (e *Engine) tick() bool {
 				e.prefix.Track(w.l.kv, w.l.gen.CacheScope, w.l.gen.Spans)
 			}
 		}
-		rows[i] = kvpool.Row{Seq: w.l.kv, Tokens: w.tokens, Sample: w.sample, Spans: w.l.spans}
+		rows[i] = kvpool.Row{Seq: w.l.kv, Tokens: w.tokens, Sample: w.sample, Spans: w.l.spans, Embeds: w.l.gen.Embeds}
 	}
 	start := e.opt.Clock.Now()
 	f := mlx.NewFrame(e.s)

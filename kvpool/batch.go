@@ -17,10 +17,22 @@ type Row struct {
 	// also sees the block's later tokens. A span the step's new tokens
 	// reach must end within them (it may start among the stored ones).
 	Spans []Span
+	// Embeds are input embeddings that replace the token embeddings of
+	// some positions (an image's soft tokens); Batch.Overlay writes those
+	// the step's tokens reach over the embedded tokens.
+	Embeds []Embed
 }
 
 // Span is a token range [Start, End) attended bidirectionally.
 type Span struct{ Start, End int }
+
+// Embed is a run of input embeddings for the absolute positions [Pos,
+// Pos+Rows) of a sequence: Rows rows of the model's hidden size in Data,
+// row-major, float32.
+type Embed struct {
+	Pos, Rows int
+	Data      []float32
+}
 
 // Batch is one step over the pool: every row's new tokens flattened into N
 // positions (row by row), their positions, the rows' block tables, and the
@@ -130,6 +142,49 @@ func (b *Batch) CheckTokens(vocab int) error {
 		}
 	}
 	return nil
+}
+
+// Overlay returns the step's input embeddings: x, the token embeddings
+// [1, N, hidden], with every row's Embeds written over the positions they
+// cover. x is returned as it is when the step reaches no embed. It fails the
+// frame when an embed's data is not Rows x hidden.
+func (b *Batch) Overlay(x mlx.Array) mlx.Array {
+	f := b.f
+	if f.Err() != nil || !x.Valid() {
+		return x
+	}
+	N := len(b.Tokens)
+	H := x.Dim(-1)
+	var soft []float32
+	var idx []int32
+	for r, row := range b.rows {
+		from := row.Seq.n
+		for _, e := range row.Embeds {
+			if e.Rows <= 0 || len(e.Data) != e.Rows*H {
+				f.Fail(fmt.Errorf("kvpool: row %d: embed at %d holds %d values, want %d rows of %d", r, e.Pos, len(e.Data), e.Rows, H))
+				return x
+			}
+			lo, hi := max(e.Pos, from), min(e.Pos+e.Rows, from+len(row.Tokens))
+			if lo >= hi {
+				continue
+			}
+			if idx == nil {
+				idx = make([]int32, N)
+				for i := range idx {
+					idx[i] = int32(i)
+				}
+			}
+			for pos := lo; pos < hi; pos++ {
+				idx[b.start[r]+pos-from] = int32(N + len(soft)/H)
+				soft = append(soft, e.Data[(pos-e.Pos)*H:(pos-e.Pos+1)*H]...)
+			}
+		}
+	}
+	if idx == nil {
+		return x
+	}
+	all := f.Concatenate(0, f.Reshape(x, N, H), f.AsType(f.Float32s(soft, len(soft)/H, H), x.Dtype()))
+	return f.Reshape(f.Take(all, f.Int32s(idx, N), 0), 1, N, H)
 }
 
 // N is the number of tokens in the step.

@@ -322,3 +322,77 @@ func TestCheckTokens(t *testing.T) {
 		}
 	})
 }
+
+// TestOverlay writes embeds over the token embeddings of the positions a
+// step reaches: a row whose embed starts among its stored tokens, one whose
+// step ends inside an embed, and a row without any.
+func TestOverlay(t *testing.T) { onMLX(t, func(s mlx.Stream) { overlay(t, s) }) }
+
+func overlay(t *testing.T, s mlx.Stream) {
+	const H = 3
+	p, err := New(s, mlx.Float32, testLayers, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	a, b, c := p.NewSeq(), p.NewSeq(), p.NewSeq()
+	if err := a.reserve(4); err != nil {
+		t.Fatal(err)
+	}
+	a.n = 4 // four tokens already stored
+	embed := func(pos, rows int, base float32) Embed {
+		d := make([]float32, rows*H)
+		for i := range d {
+			d[i] = base + float32(i)
+		}
+		return Embed{Pos: pos, Rows: rows, Data: d}
+	}
+	ea := embed(2, 4, 100)  // positions 2..5: the step (4, 5, 6) reaches 4 and 5
+	eb := embed(1, 5, 200)  // positions 1..5: the step (0, 1, 2) reaches 1 and 2
+	ec := embed(40, 2, 300) // beyond c's step: untouched
+	rows := []Row{
+		{Seq: a, Tokens: []int32{1, 1, 1}, Embeds: []Embed{ea}},
+		{Seq: b, Tokens: []int32{1, 1, 1}, Embeds: []Embed{eb}},
+		{Seq: c, Tokens: []int32{1, 1}, Embeds: []Embed{ec}},
+	}
+	f := mlx.NewFrame(s)
+	defer f.Free()
+	batch, err := p.Begin(f, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	N := batch.N()
+	x := make([]float32, N*H)
+	for i := range x {
+		x[i] = -float32(i)
+	}
+	got := f.ToFloat32s(batch.Overlay(f.Float32s(x, 1, N, H)))
+	if err := f.Err(); err != nil {
+		t.Fatal(err)
+	}
+	want := slices.Clone(x)
+	// Flat index i of the step takes embed row r.
+	for _, m := range []struct {
+		e    Embed
+		i, r int
+	}{{ea, 0, 2}, {ea, 1, 3}, {eb, 4, 0}, {eb, 5, 1}} {
+		copy(want[m.i*H:(m.i+1)*H], m.e.Data[m.r*H:(m.r+1)*H])
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("overlay:\n got %v\nwant %v", got, want)
+	}
+
+	// Without embeds in the step the input comes back unchanged; data of
+	// the wrong size fails the frame.
+	g := mlx.NewFrame(s)
+	defer g.Free()
+	bad := []Row{{Seq: c, Tokens: []int32{1}, Embeds: []Embed{{Pos: 0, Rows: 2, Data: make([]float32, 5)}}}}
+	batch, err = p.Begin(g, bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch.Overlay(g.Float32s(make([]float32, H), 1, 1, H))
+	if g.Err() == nil {
+		t.Fatal("an embed of 5 values for 2 rows of 3 was accepted")
+	}
+}

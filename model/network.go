@@ -21,6 +21,15 @@ type Network interface {
 	Close()
 }
 
+// EmbedReader is a Network whose Forward writes the rows' input embeddings
+// (kvpool.Row.Embeds, through kvpool.Batch.Overlay) over its token
+// embeddings. Engines refuse embeddings for any other network rather than
+// drop them.
+type EmbedReader interface {
+	Network
+	ReadsEmbeds()
+}
+
 // PoolLayers is the KV geometry of a config's layers, for kvpool.New.
 func PoolLayers(c Config) []kvpool.Layer {
 	out := make([]kvpool.Layer, len(c.Kinds))
@@ -72,6 +81,14 @@ func (st *Stepper) Forward(f *mlx.Frame, tokens [][]int32, seqs []*kvpool.Seq) m
 	rows := make([]kvpool.Row, len(tokens))
 	for i := range tokens {
 		rows[i] = kvpool.Row{Seq: seqs[i], Tokens: tokens[i], Sample: true}
+	}
+	return st.ForwardRows(f, rows)
+}
+
+// ForwardRows is Forward over rows given whole (spans, input embeddings).
+func (st *Stepper) ForwardRows(f *mlx.Frame, rows []kvpool.Row) mlx.Array {
+	if f.Err() != nil {
+		return mlx.Array{}
 	}
 	b, err := st.Pool.Begin(f, rows)
 	if err != nil {

@@ -115,6 +115,10 @@ func classify(err error) outcome {
 		o := unavailable("media_span_mismatch", "The server could not place the request's media in its prompt; retry elsewhere.")
 		o.param = carve.Reason.String()
 		return o
+	case errors.Is(err, stages.ErrVision), errors.Is(err, engine.ErrBadEmbed):
+		// The tower failed on media that decoded, or its output does not
+		// fit the model: ours to fix, another provider may serve it.
+		return unavailable("vlm_extraction_failed", "The server could not encode the request's media; retry elsewhere.")
 	case errors.Is(err, engine.ErrNeverFits):
 		return unavailable("kv_capacity", "The request does not fit the model's KV cache capacity.")
 	case errors.Is(err, engine.ErrDraining), errors.Is(err, graph.ErrClosed), errors.Is(err, engine.ErrShutdown):

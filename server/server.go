@@ -54,6 +54,9 @@ type Model struct {
 	// ContextLength bounds prompt plus generation; 0 means unknown.
 	ContextLength int
 	Generator     graph.Generator
+	// Vision is the model's vision tower; nil serves text only and refuses
+	// media (400 unsupported_media).
+	Vision stages.Vision
 }
 
 // Liveness is implemented by Generators that can stop serving: Err is nil
@@ -159,6 +162,7 @@ func (s *Server) Register(m Model) error {
 			EOS:             slices.Clone(m.EOS),
 			ContextLength:   m.ContextLength,
 			NewOutputParser: parser,
+			Vision:          m.Vision,
 		},
 		Generator: m.Generator,
 	})

@@ -2,11 +2,12 @@ package stages
 
 import (
 	"context"
-	"github.com/goprovider/provider/cache"
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/goprovider/provider/cache"
 	"github.com/goprovider/provider/engine"
+	"github.com/goprovider/provider/kvpool"
 )
 
 // Request id and token bounds.
@@ -82,6 +83,19 @@ func (Admit) Apply(_ context.Context, req *Request) error {
 		IgnoreEOS:   p.IgnoreEOS,
 		CacheScope:  cache.SaltScope(p.PromptCacheKey, p.User),
 		Spans:       req.Spans,
+		Embeds:      embeds(req.Spans, req.MediaItems),
 	}
 	return nil
+}
+
+// embeds pairs each carved span with its item's soft tokens (CarveSpans
+// returns one span per item, in order); items without embeddings give none.
+func embeds(spans []cache.Span, items []MediaItem) []kvpool.Embed {
+	var out []kvpool.Embed
+	for i, sp := range spans {
+		if i < len(items) && items[i].Embeds != nil {
+			out = append(out, kvpool.Embed{Pos: sp.Start, Rows: sp.End - sp.Start, Data: items[i].Embeds})
+		}
+	}
+	return out
 }

@@ -11,11 +11,29 @@
 // (in package graph) replies. The stages, in order:
 //
 //	Parse        OpenAI chat/completions JSON -> validated Params, resolved Model
-//	Template     chat template (add_generation_prompt) or raw prompt -> Tokens
+//	Template     chat template (add_generation_prompt) or raw prompt -> Tokens;
+//	             image markers expanded to the model's placeholder runs
 //	MediaDecode  decoded images and video frames (package media)
-//	VisionTower  vision features (seam: nothing to encode yet)
-//	SpanCarve    multimodal spans in the prompt (seam: none yet)
-//	Admit        request id, token bounds, sampling -> engine.Generation
+//	VisionTower  the model's tower on each image -> MediaItems (soft tokens)
+//	SpanCarve    one span per item over its placeholder run -> Spans
+//	Admit        request id, token bounds, sampling, spans and soft tokens
+//	             -> engine.Generation
+//
+// # Images
+//
+// A model with a vision tower (Model.Vision) gets chat content parts as
+// lists ({"type": "image"} where an image was), so its template writes its
+// image marker in place; Template replaces each marker with the tower's
+// image prompt (Gemma 3: "\n\n<start_of_image>", 256 <image_soft_token>,
+// "<end_of_image>\n\n", as its processor does) before tokenizing. The
+// tower runs on the model's MLX thread between engine steps; its soft
+// tokens travel as engine.Generation.Embeds, written over the placeholders'
+// embeddings by the family's forward pass, and each placeholder run is a
+// span: attended bidirectionally, never split by a prefill chunk, keyed in
+// the prefix cache by the image's hash. Markers and images that do not
+// pair up one for one are refused: 400 when the request's text holds
+// markers, 503 (CarveError) when the template dropped an image; a tower
+// failure is 503 vlm_extraction_failed (ErrVision).
 //
 // # Token path
 //

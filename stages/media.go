@@ -3,6 +3,7 @@ package stages
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/goprovider/provider/media"
 )
@@ -32,15 +33,15 @@ func (s MediaDecode) Apply(ctx context.Context, req *Request) error {
 	if len(req.Params.Media) == 0 {
 		return nil
 	}
-	if req.Model == nil || !req.Model.Vision {
+	if req.Model == nil || req.Model.Vision == nil {
 		return invalid(CodeUnsupportedMedia, "messages")
 	}
 	parts := make([]media.Part, len(req.Params.Media))
 	for i, m := range req.Params.Media {
-		switch m.Kind {
-		case "image":
+		switch {
+		case m.Kind == "image":
 			parts[i] = media.Part{Kind: media.KindImage, Src: m.URL}
-		case "video":
+		case m.Kind == "video" && req.Model.Vision.Video():
 			parts[i] = media.Part{Kind: media.KindVideo, Src: m.URL}
 		default:
 			return invalid(CodeUnsupportedMedia, "messages")
@@ -69,18 +70,44 @@ func mediaCode(r media.Reason) Code {
 	return CodeInvalidValue
 }
 
-// VisionTower and SpanCarve are explicit seams: they sit in the pipeline
-// now so that vision support replaces their bodies without rewiring
-// anything.
+// ErrVision: the vision tower failed on media that decoded: the server's
+// fault (503 vlm_extraction_failed), never the request's.
+var ErrVision = errors.New("vision tower failed")
 
-// VisionTower encodes decoded media into features. Nothing reaches it yet.
+// VisionTower runs the model's tower (Model.Vision) on the request's
+// decoded images, in prompt order, into Request.MediaItems: one item per
+// image, with its soft tokens.
 type VisionTower struct{}
 
 // Name implements Stage.
 func (VisionTower) Name() string { return "vision" }
 
 // Apply implements Stage.
-func (VisionTower) Apply(context.Context, *Request) error { return nil }
+func (VisionTower) Apply(ctx context.Context, req *Request) error {
+	req.MediaItems = nil
+	if len(req.Images) == 0 && len(req.Videos) == 0 {
+		return nil
+	}
+	v := req.Model.Vision
+	if v == nil || len(req.Videos) > 0 {
+		// MediaDecode refuses both; this is a misuse of the stages.
+		return fmt.Errorf("%w: media for a model without a tower for it", ErrVision)
+	}
+	items := make([]MediaItem, 0, len(req.Images))
+	for _, img := range req.Images {
+		it, err := v.Encode(ctx, img)
+		var inv *Invalid
+		switch {
+		case errors.As(err, &inv), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+			return err
+		case err != nil:
+			return fmt.Errorf("%w: %w", ErrVision, err)
+		}
+		items = append(items, it)
+	}
+	req.MediaItems = items
+	return nil
+}
 
 // SpanCarve pairs placeholder runs in the prompt with the vision tower's
 // media items (CarveSpans), one span per image or frame. A text prompt has

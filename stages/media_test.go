@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/goprovider/provider/media"
+	"github.com/goprovider/provider/tokenizer"
 )
 
 // pngURL is a data URL of a w x h PNG.
@@ -32,13 +33,47 @@ func pngURL(t *testing.T, w, h int) string {
 	return "data:image/png;base64," + base64.StdEncoding.EncodeToString(buf.Bytes())
 }
 
-// visionCatalog is testCatalog plus "eyes", a copy of "stories" with a
-// vision tower.
+// partsTemplate writes "<image>" for an image part, as Gemma 3's writes
+// its start-of-image marker.
+const partsTemplate = `{{ bos_token }}{% for m in messages %}{{ m['role'] }}: ` +
+	`{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for p in m['content'] %}` +
+	`{% if p['type'] == 'image' %}<image>{% else %}{{ p['text'] }}{% endif %}{% endfor %}{% endif %}
+{% endfor %}`
+
+// fakeVision is a tower over the test vocabulary: each image becomes
+// "[" + three \x01 bytes + "]", whose \x01s tokenize to one byte token,
+// and three soft tokens of hidden size 2 derived from the image's hash.
+type fakeVision struct {
+	token int32
+	fail  error
+}
+
+func (fakeVision) ImageMarker() string { return "<image>" }
+func (fakeVision) ImagePrompt() string { return "[\x01\x01\x01]" }
+func (fakeVision) Video() bool         { return false }
+
+func (v fakeVision) Encode(_ context.Context, img *media.Image) (MediaItem, error) {
+	if v.fail != nil {
+		return MediaItem{}, v.fail
+	}
+	e := make([]float32, 3*2)
+	for i := range e {
+		e[i] = float32(img.Hash[i])
+	}
+	return MediaItem{Token: v.token, Count: 3, Hash: img.Hash, Embeds: e}, nil
+}
+
+// visionCatalog is testCatalog plus "eyes", a model with the test
+// vocabulary, partsTemplate and a fakeVision tower.
 func visionCatalog(t *testing.T) catalog {
 	cat := testCatalog(t)
-	eyes := *cat["stories"]
-	eyes.Name, eyes.Vision = "eyes", true
-	cat["eyes"] = &eyes
+	eyes := testModel(t, "eyes", partsTemplate, 512)
+	ids := eyes.Tokenizer.Encode("\x01", tokenizer.EncodeOptions{})
+	if len(ids) == 0 {
+		t.Fatal("\\x01 does not tokenize")
+	}
+	eyes.Vision = fakeVision{token: ids[len(ids)-1]}
+	cat["eyes"] = eyes
 	return cat
 }
 
@@ -137,4 +172,102 @@ func TestMediaDecodeReplays(t *testing.T) {
 	if !again.Equal(rec) {
 		t.Fatal("media step replays differently")
 	}
+}
+
+// TestVisionPipeline runs a chat with two images through every stage up to
+// Admit: the template's markers become placeholder runs, the tower's soft
+// tokens land at their spans, in prompt order.
+func TestVisionPipeline(t *testing.T) {
+	cat := visionCatalog(t)
+	eyes := cat["eyes"]
+	red, blue := pngURL(t, 5, 4), pngURL(t, 2, 2)
+	body := chatWith("eyes", imagePart(red), `{"type":"text","text":"and"}`, imagePart(blue))
+	env := &Envelope{Ctx: context.Background(), Req: Request{Input: Input{Endpoint: Chat, Body: []byte(body)}, MintedID: "m"}}
+	var log Log
+	for _, s := range []Stage{Parse{Models: cat}, Template{}, MediaDecode{}, VisionTower{}, SpanCarve{}, Admit{}} {
+		Run(s, env, &log)
+	}
+	if env.Err != nil {
+		t.Fatal(env.Err)
+	}
+	req := &env.Req
+	if want := "user: look[\x01\x01\x01]and[\x01\x01\x01]"; !strings.HasSuffix(req.Prompt, want) {
+		t.Fatalf("prompt %q, want it to end with %q", req.Prompt, want)
+	}
+	g := req.Generation
+	if len(g.Spans) != 2 || len(g.Embeds) != 2 {
+		t.Fatalf("%d spans and %d embeds, want 2 each", len(g.Spans), len(g.Embeds))
+	}
+	tok := eyes.Vision.(fakeVision).token
+	for i, sp := range g.Spans {
+		for pos := sp.Start; pos < sp.End; pos++ {
+			if req.Tokens[pos] != tok {
+				t.Fatalf("span %d covers token %d at %d", i, req.Tokens[pos], pos)
+			}
+		}
+		e := g.Embeds[i]
+		if e.Pos != sp.Start || e.Rows != 3 || sp.Hash != req.Images[i].Hash || e.Data[0] != float32(req.Images[i].Hash[0]) {
+			t.Fatalf("embed %d at %d (%d rows) for span %v", i, e.Pos, e.Rows, sp)
+		}
+	}
+	if g.Spans[0].Hash == g.Spans[1].Hash {
+		t.Fatal("two different images share a hash")
+	}
+	// The tower's step replays to the same bytes.
+	recs := log.Records()
+	for _, rec := range recs {
+		if rec.Stage != "vision" {
+			continue
+		}
+		again, err := Replay(VisionTower{}, rec, cat)
+		if err != nil || !again.Equal(rec) {
+			t.Fatalf("vision step replays differently (%v)", err)
+		}
+	}
+}
+
+// TestVisionRefusals: markers and images must match one for one, and a
+// failing tower is the server's fault.
+func TestVisionRefusals(t *testing.T) {
+	cat := visionCatalog(t)
+	img := pngURL(t, 3, 3)
+	run := func(t *testing.T, cat catalog, body string) error {
+		t.Helper()
+		env := &Envelope{Ctx: context.Background(), Req: Request{Input: Input{Endpoint: Chat, Body: []byte(body)}, MintedID: "m"}}
+		for _, s := range []Stage{Parse{Models: cat}, Template{}, MediaDecode{}, VisionTower{}, SpanCarve{}, Admit{}} {
+			Run(s, env, nil)
+		}
+		return env.Err
+	}
+	t.Run("marker in the text", func(t *testing.T) {
+		err := run(t, cat, chatWith("eyes", `{"type":"text","text":"<image>"}`, imagePart(img)))
+		var inv *Invalid
+		if !errors.As(err, &inv) || inv.Code != CodeInvalidValue {
+			t.Fatalf("err = %v, want invalid_value", err)
+		}
+	})
+	t.Run("template drops images", func(t *testing.T) {
+		blind := *cat["eyes"]
+		blind.ChatTemplate = cat["stories"].ChatTemplate
+		c := catalog{"eyes": &blind}
+		err := run(t, c, chatWith("eyes", imagePart(img)))
+		var ce *CarveError
+		if !errors.As(err, &ce) || ce.Reason != CarveMissingRun {
+			t.Fatalf("err = %v, want a missing_run CarveError", err)
+		}
+	})
+	t.Run("tower fails", func(t *testing.T) {
+		broken := *cat["eyes"]
+		broken.Vision = fakeVision{fail: errors.New("device lost")}
+		err := run(t, catalog{"eyes": &broken}, chatWith("eyes", imagePart(img)))
+		if !errors.Is(err, ErrVision) {
+			t.Fatalf("err = %v, want ErrVision", err)
+		}
+	})
+	t.Run("video refused without a video tower", func(t *testing.T) {
+		var inv *Invalid
+		if err := run(t, cat, chatWith("eyes", videoPart("AAAA"))); !errors.As(err, &inv) || inv.Code != CodeUnsupportedMedia {
+			t.Fatalf("err = %v, want unsupported_media", err)
+		}
+	})
 }

@@ -482,7 +482,7 @@ func parseMessage(raw json.RawMessage) (Message, []Media, error) {
 	} else if reasoning != "" && m.Role != "assistant" {
 		return Message{}, nil, invalid(CodeInvalidValue, "messages")
 	}
-	text, media, present, err := parseContent(f["content"])
+	text, parts, media, present, err := parseContent(f["content"])
 	if err != nil {
 		return Message{}, nil, err
 	}
@@ -492,78 +492,81 @@ func parseMessage(raw json.RawMessage) (Message, []Media, error) {
 	if len(media) > 0 && m.Role != "user" {
 		return Message{}, nil, invalid(CodeInvalidValue, "messages")
 	}
-	m.Content = text
+	m.Content, m.Parts = text, parts
 	return m, media, nil
 }
 
 // parseContent reads a string or a list of content parts. Text parts are
 // concatenated without a separator (as mlx-lm's server does); image and
-// video parts become Media.
-func parseContent(raw json.RawMessage) (text string, media []Media, present bool, err error) {
+// video parts become Media. A list also comes back as parts, in order.
+func parseContent(raw json.RawMessage) (text string, parts []Part, media []Media, present bool, err error) {
 	if isNull(raw) {
-		return "", nil, false, nil
+		return "", nil, nil, false, nil
 	}
 	switch kind(raw) {
 	case '"':
 		if err := json.Unmarshal(raw, &text); err != nil {
-			return "", nil, false, &Invalid{Code: CodeInvalidType, Param: "messages", Err: err}
+			return "", nil, nil, false, &Invalid{Code: CodeInvalidType, Param: "messages", Err: err}
 		}
-		return text, nil, true, nil
+		return text, nil, nil, true, nil
 	case '[':
 	default:
-		return "", nil, false, invalid(CodeInvalidType, "messages")
+		return "", nil, nil, false, invalid(CodeInvalidType, "messages")
 	}
-	var parts []json.RawMessage
-	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", nil, false, &Invalid{Code: CodeInvalidType, Param: "messages", Err: err}
+	var raws []json.RawMessage
+	if err := json.Unmarshal(raw, &raws); err != nil {
+		return "", nil, nil, false, &Invalid{Code: CodeInvalidType, Param: "messages", Err: err}
 	}
+	parts = make([]Part, 0, len(raws))
 	var buf bytes.Buffer
-	for _, pr := range parts {
+	for _, pr := range raws {
 		pf, err := object(pr, "messages")
 		if err != nil {
-			return "", nil, false, err
+			return "", nil, nil, false, err
 		}
 		var typ string
 		if _, err := get(pf, "type", &typ); err != nil {
-			return "", nil, false, &Invalid{Code: CodeInvalidType, Param: "messages", Err: err}
+			return "", nil, nil, false, &Invalid{Code: CodeInvalidType, Param: "messages", Err: err}
 		}
 		switch typ {
 		case "text":
 			if err := onlyKeys(pf, keySet(nil, "type", "text")); err != nil {
-				return "", nil, false, err
+				return "", nil, nil, false, err
 			}
 			var s string
 			if ok, err := get(pf, "text", &s); err != nil || !ok {
-				return "", nil, false, invalid(CodeInvalidType, "messages")
+				return "", nil, nil, false, invalid(CodeInvalidType, "messages")
 			}
 			buf.WriteString(s)
+			parts = append(parts, Part{Kind: "text", Text: s})
 		case "image_url", "video_url":
 			if err := onlyKeys(pf, keySet(nil, "type", typ)); err != nil {
-				return "", nil, false, err
+				return "", nil, nil, false, err
 			}
 			obj, err := object(pf[typ], "messages")
 			if err != nil {
-				return "", nil, false, err
+				return "", nil, nil, false, err
 			}
 			if err := onlyKeys(obj, keySet(nil, "url", "detail")); err != nil {
-				return "", nil, false, err
+				return "", nil, nil, false, err
 			}
 			var url string
 			if ok, err := get(obj, "url", &url); err != nil || !ok || url == "" {
-				return "", nil, false, invalid(CodeInvalidValue, "messages")
+				return "", nil, nil, false, invalid(CodeInvalidValue, "messages")
 			}
 			kind := "image"
 			if typ == "video_url" {
 				kind = "video"
 			}
 			media = append(media, Media{Kind: kind, URL: url})
+			parts = append(parts, Part{Kind: kind})
 		case "input_audio", "file", "input_video":
-			return "", nil, false, invalid(CodeUnsupportedMedia, "messages")
+			return "", nil, nil, false, invalid(CodeUnsupportedMedia, "messages")
 		default:
-			return "", nil, false, invalid(CodeInvalidValue, "messages")
+			return "", nil, nil, false, invalid(CodeInvalidValue, "messages")
 		}
 	}
-	return buf.String(), media, true, nil
+	return buf.String(), parts, media, true, nil
 }
 
 func parseCompletion(f fields, p *Params, m *Model) error {

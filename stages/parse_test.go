@@ -127,7 +127,7 @@ func TestParseAccepts(t *testing.T) {
 			  "reasoning_effort":"high"}`,
 			Params{
 				Model:     "stories",
-				Messages:  []Message{{Role: "system", Content: "be brief"}, {Role: "user", Content: "ab", Name: "ann"}, {Role: "assistant"}},
+				Messages:  []Message{{Role: "system", Content: "be brief"}, {Role: "user", Content: "ab", Name: "ann", Parts: []Part{{Kind: "text", Text: "a"}, {Kind: "text", Text: "b"}}}, {Role: "assistant"}},
 				MaxTokens: 9, MaxTokensSet: true,
 				Sampling: sample.Params{Temperature: 0.7, TopP: 0.9, Seed: &seven},
 				Stop:     []string{"END"}, Logprobs: true, TopLogprobs: 3, Stream: true, IncludeUsage: true, User: "u1",
@@ -142,7 +142,7 @@ func TestParseAccepts(t *testing.T) {
 		{
 			"image part is set aside", Chat,
 			`{"model":"stories","messages":[{"role":"user","content":[{"type":"text","text":"see"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AA=="}}]}]}`,
-			Params{Model: "stories", Messages: []Message{{Role: "user", Content: "see"}}, Media: []Media{{Kind: "image", URL: "data:image/png;base64,AA=="}}, Sampling: sample.Params{TopP: 1}},
+			Params{Model: "stories", Messages: []Message{{Role: "user", Content: "see", Parts: []Part{{Kind: "text", Text: "see"}, {Kind: "image"}}}}, Media: []Media{{Kind: "image", URL: "data:image/png;base64,AA=="}}, Sampling: sample.Params{TopP: 1}},
 		},
 		{
 			"text completion", Completion,

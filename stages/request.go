@@ -31,9 +31,30 @@ type Model struct {
 	// channels) splits it into content and reasoning. Nil: every token's
 	// text is content.
 	NewOutputParser func() OutputParser
-	// Vision says the model has a vision tower: MediaDecode decodes the
-	// media of its requests. False refuses media (400 unsupported_media).
-	Vision bool
+	// Vision is the model's vision tower: with one, MediaDecode decodes
+	// the media of its requests, Template expands their placeholders and
+	// VisionTower encodes them. Nil refuses media (400 unsupported_media).
+	Vision Vision
+}
+
+// Vision is a model's vision side as the pipeline sees it: where images go
+// in the prompt, and the tower that turns one into soft tokens.
+type Vision interface {
+	// ImageMarker is the text the chat template writes for an image
+	// content part (Gemma 3: "<start_of_image>").
+	ImageMarker() string
+	// ImagePrompt is what each marker becomes before tokenization: the
+	// placeholders the image's soft tokens replace, with what brackets
+	// them, as the model's processor writes it.
+	ImagePrompt() string
+	// Video reports whether the tower reads video frames; without it
+	// video parts are refused (400 unsupported_media).
+	Video() bool
+	// Encode runs the tower on one decoded image: its placeholder token,
+	// the number of soft tokens, the image's hash and the soft tokens'
+	// embeddings. An error is the server's (503 vlm_extraction_failed),
+	// unless it is an *Invalid.
+	Encode(ctx context.Context, img *media.Image) (MediaItem, error)
 }
 
 // Catalog resolves a requested model name.
@@ -69,11 +90,22 @@ type Input struct {
 }
 
 // Message is one chat turn after parsing: content parts are joined and
-// media parts set aside in Params.Media.
+// media parts set aside in Params.Media; Parts keeps their order for
+// templates that place media.
 type Message struct {
 	Role    string
 	Content string
 	Name    string
+	// Parts is the content as a list, in order, when it was given as one;
+	// nil when it was a string.
+	Parts []Part
+}
+
+// Part is one content part of a chat turn: Kind "text" with its Text, or
+// "image" or "video" (the media itself is in Params.Media, in order).
+type Part struct {
+	Kind string
+	Text string
 }
 
 // Media is a media part of a user turn, not yet fetched or decoded.

@@ -13,6 +13,10 @@ type MediaItem struct {
 	Token int32
 	Count int
 	Hash  [32]byte
+	// Embeds are the soft tokens, Count rows of the language model's
+	// hidden size, row-major: what the model reads in place of the
+	// placeholders' embeddings.
+	Embeds []float32
 }
 
 // CarveReason is why a prompt's placeholders and its media disagree: a

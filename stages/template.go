@@ -39,8 +39,11 @@ func (Template) Apply(_ context.Context, req *Request) error {
 			return invalid(CodeNoChatTemplate, "model")
 		}
 		bos, eos := tokenText(tok, tok.BOS()), tokenText(tok, tok.EOS())
-		text, err := RenderChat(m.ChatTemplate, p.Messages, ChatVars{BOS: bos, EOS: eos, Now: req.Received, ReasoningEffort: p.ReasoningEffort})
+		text, err := RenderChat(m.ChatTemplate, p.Messages, ChatVars{BOS: bos, EOS: eos, Now: req.Received, ReasoningEffort: p.ReasoningEffort, Parts: m.Vision != nil})
 		if err != nil {
+			return err
+		}
+		if text, err = expandImages(m.Vision, text, p.Media); err != nil {
 			return err
 		}
 		req.Prompt = text
@@ -68,6 +71,36 @@ type ChatVars struct {
 	Now time.Time
 	// ReasoningEffort, when not "", is the reasoning_effort variable.
 	ReasoningEffort string
+	// Parts passes content given as a list of parts as such
+	// ({"type": "text", "text": ...}, {"type": "image"}, {"type":
+	// "video"}), for templates that place media; otherwise content is
+	// the joined text.
+	Parts bool
+}
+
+// expandImages replaces each image marker the template wrote with the
+// model's image prompt (its placeholders), as the model's processor does
+// before tokenization. The markers must match the request's images one for
+// one: fewer means the template dropped images (the server's fault, a
+// CarveError), more means the request's text holds markers (400).
+func expandImages(v Vision, text string, media []Media) (string, error) {
+	images := 0
+	for _, m := range media {
+		if m.Kind == "image" {
+			images++
+		}
+	}
+	if v == nil || images == 0 {
+		return text, nil
+	}
+	marker := v.ImageMarker()
+	switch n := strings.Count(text, marker); {
+	case n < images:
+		return "", &CarveError{Reason: CarveMissingRun, At: n}
+	case n > images:
+		return "", invalid(CodeInvalidValue, "messages")
+	}
+	return strings.ReplaceAll(text, marker, v.ImagePrompt()), nil
 }
 
 // RenderChat renders messages with a chat template and a generation
@@ -78,6 +111,17 @@ func RenderChat(t *jinja.Template, msgs []Message, v ChatVars) (string, error) {
 	list := make([]map[string]any, len(msgs))
 	for i, m := range msgs {
 		list[i] = map[string]any{"role": m.Role, "content": m.Content}
+		if v.Parts && m.Parts != nil {
+			parts := make([]any, len(m.Parts))
+			for j, p := range m.Parts {
+				part := map[string]any{"type": p.Kind}
+				if p.Kind == "text" {
+					part["text"] = p.Text
+				}
+				parts[j] = part
+			}
+			list[i]["content"] = parts
+		}
 		if m.Name != "" {
 			list[i]["name"] = m.Name
 		}

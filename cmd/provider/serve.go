@@ -24,6 +24,7 @@ import (
 	"github.com/goprovider/provider/mlx"
 	"github.com/goprovider/provider/model"
 	"github.com/goprovider/provider/server"
+	"github.com/goprovider/provider/stages"
 )
 
 // Memory policy of the reference system.
@@ -43,6 +44,8 @@ type loadedModel struct {
 	net  model.Network
 	eng  *engine.Engine
 	disk *cache.Disk // the prefix cache's SSD tier; nil when off
+	// vision is the model's vision tower; nil for a text-only model.
+	vision stages.Vision
 }
 
 func (l *loadedModel) close() {
@@ -55,6 +58,9 @@ func (l *loadedModel) close() {
 		// Blocks still queued are written: a graceful stop keeps them.
 		l.disk.Flush()
 		_ = l.disk.Close()
+	}
+	if c, ok := l.vision.(interface{ Close() }); ok {
+		c.Close()
 	}
 	l.th.Do(func() {
 		if l.net != nil {
@@ -226,6 +232,7 @@ func runServe(args []string) error {
 			EOS:           l.m.Config.EOS,
 			ContextLength: l.m.Config.ContextLength,
 			Generator:     l.eng,
+			Vision:        l.vision,
 		})
 		if err != nil {
 			httpSrv.Close()
@@ -280,6 +287,9 @@ func loadModel(open func() (*model.Model, string, uploader, error), device strin
 		}
 		l.net, err = family.Build(m.Config, l.w)
 	})
+	if err == nil {
+		l.vision, err = family.Vision(m, l.th, l.s)
+	}
 	if err != nil {
 		l.close()
 		return nil, fmt.Errorf("serve: %s: %w", name, err)

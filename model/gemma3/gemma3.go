@@ -120,6 +120,9 @@ func (m *Model) Forward(f *mlx.Frame, b *kvpool.Batch) mlx.Array {
 	act := c.ActDType
 	x := f.AsType(m.embed.Embed(f, b.TokenIDs()), act) // [1, N, hidden]
 	x = f.Multiply(x, f.AsType(f.Scalar(m.embedScale), act))
+	// Soft tokens (an image's) replace the scaled embeddings of their
+	// placeholders unscaled, as HF transformers writes them.
+	x = b.Overlay(x)
 	for li := range m.layers {
 		l := &m.layers[li]
 		h := f.RMSNorm(x, l.inNorm.W, c.NormEps)
@@ -191,4 +194,7 @@ func (m *Model) gelu(f *mlx.Frame, x mlx.Array) mlx.Array {
 	return f.Where(f.Greater(x, k(-10)), g, k(0))
 }
 
-var _ model.Network = (*Model)(nil)
+// ReadsEmbeds marks Forward as applying kvpool.Row.Embeds.
+func (m *Model) ReadsEmbeds() {}
+
+var _ model.EmbedReader = (*Model)(nil)

@@ -1,0 +1,121 @@
+package family
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/goprovider/provider/media"
+	"github.com/goprovider/provider/mlx"
+	"github.com/goprovider/provider/model"
+	"github.com/goprovider/provider/model/gemma3"
+	"github.com/goprovider/provider/stages"
+)
+
+// ErrNoVisionTokens: a checkpoint's vocabulary lacks the tokens its vision
+// tower's prompts are written with.
+var ErrNoVisionTokens = errors.New("vocabulary lacks the vision tower's tokens")
+
+// Vision loads the vision tower of a checkpoint that has one and returns it
+// as the pipeline's stages.Vision; (nil, nil) when the checkpoint is
+// text-only. The tower's math runs on th (the model's MLX thread) on
+// stream s, between the engine's steps. Only Gemma 3's tower is built;
+// another architecture whose config describes a vision tower is refused
+// rather than served text-only.
+func Vision(m *model.Model, th *mlx.Thread, s mlx.Stream) (stages.Vision, error) {
+	if m.Format != "hf" {
+		return nil, nil
+	}
+	raw, err := os.ReadFile(filepath.Join(m.Path, "config.json"))
+	if err != nil {
+		return nil, fmt.Errorf("family: %w", err)
+	}
+	var probe struct {
+		Vision json.RawMessage `json:"vision_config"`
+	}
+	if err := json.Unmarshal(raw, &probe); err != nil {
+		return nil, fmt.Errorf("family: %w: config.json: %w", model.ErrBadConfig, err)
+	}
+	if len(probe.Vision) == 0 || string(probe.Vision) == "null" {
+		return nil, nil
+	}
+	if m.Config.Arch != "gemma3" {
+		return nil, fmt.Errorf("family: %w: a %s vision tower", model.ErrUnsupportedArch, m.Config.Arch)
+	}
+	var v *gemma3.Vision
+	th.Do(func() { v, err = gemma3.LoadVision(m.Path, s, m.Config.ActDType) })
+	if err != nil {
+		return nil, err
+	}
+	g := &gemma3Tower{v: v, th: th, s: s}
+	c := v.Config
+	if c.TextHidden != m.Config.Hidden {
+		g.Close()
+		return nil, fmt.Errorf("family: %w: soft tokens of %d for a text hidden size of %d", model.ErrBadConfig, c.TextHidden, m.Config.Hidden)
+	}
+	tok := m.Tokenizer
+	names := make([]string, 0, 3)
+	for _, id := range []int32{c.StartOfImage, c.ImageToken, c.EndOfImage} {
+		name := tok.Token(id)
+		if back, ok := tok.TokenID(name); name == "" || !ok || back != id {
+			g.Close()
+			return nil, fmt.Errorf("family: %w: id %d", ErrNoVisionTokens, id)
+		}
+		names = append(names, name)
+	}
+	g.marker = names[0]
+	// Gemma3Processor's expansion of each start-of-image marker.
+	g.prompt = "\n\n" + names[0] + strings.Repeat(names[1], c.TokensPerImage) + names[2] + "\n\n"
+	return g, nil
+}
+
+// gemma3Tower is Gemma 3's tower as a stages.Vision.
+type gemma3Tower struct {
+	v              *gemma3.Vision
+	th             *mlx.Thread
+	s              mlx.Stream
+	marker, prompt string
+}
+
+func (g *gemma3Tower) ImageMarker() string { return g.marker }
+func (g *gemma3Tower) ImagePrompt() string { return g.prompt }
+func (g *gemma3Tower) Video() bool         { return false }
+
+// Encode preprocesses the image on the caller's goroutine, then runs the
+// tower and projector on the MLX thread and copies the soft tokens out.
+func (g *gemma3Tower) Encode(ctx context.Context, img *media.Image) (stages.MediaItem, error) {
+	c := g.v.Config
+	px, err := g.v.Preprocess(img.Pix, img.Width, img.Height)
+	if err != nil {
+		return stages.MediaItem{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return stages.MediaItem{}, err
+	}
+	var soft []float32
+	g.th.Do(func() {
+		f := mlx.NewFrame(g.s)
+		defer f.Free()
+		out := g.v.Encode(f, f.Float32s(px, 1, c.Channels, c.ImageSize, c.ImageSize))
+		soft = f.ToFloat32s(f.AsType(out, mlx.Float32))
+		err = f.Err()
+	})
+	if err != nil {
+		return stages.MediaItem{}, err
+	}
+	return stages.MediaItem{Token: c.ImageToken, Count: c.TokensPerImage, Hash: img.Hash, Embeds: soft}, nil
+}
+
+// Close releases the tower's weights; call it once no request uses it.
+func (g *gemma3Tower) Close() { g.th.Do(g.free) }
+
+func (g *gemma3Tower) free() {
+	if g.v != nil {
+		g.v.Free()
+		g.v = nil
+	}
+}
