@@ -5,6 +5,7 @@ package enginetest
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -14,6 +15,7 @@ import (
 	"github.com/goprovider/provider/family"
 	"github.com/goprovider/provider/mlx"
 	"github.com/goprovider/provider/model"
+	"github.com/goprovider/provider/stages"
 )
 
 // root is the repository root, found from this file's location.
@@ -41,6 +43,10 @@ func GPTOSSTiny() string { return filepath.Join(root(), "testdata", "ref", "gpto
 // layers, mixture of experts) the reference fixtures use.
 func Gemma4Tiny() string { return filepath.Join(root(), "testdata", "ref", "gemma4_tiny", "moe") }
 
+// Gemma3VLMTiny is the tiny Gemma 3 vision-language checkpoint (its
+// tokenizer and chat template included) the vision fixtures use.
+func Gemma3VLMTiny() string { return filepath.Join(root(), "testdata", "ref", "gemma3_vlm_tiny") }
+
 // Start loads path, starts an engine on its own MLX thread and stops
 // everything when the test ends. A zero KVCapacity becomes 64 MiB.
 func Start(tb testing.TB, path string, opt engine.Options) (*engine.Engine, *model.Model) {
@@ -51,6 +57,20 @@ func Start(tb testing.TB, path string, opt engine.Options) (*engine.Engine, *mod
 // StartWrapped is Start with the network passed through wrap (when not nil)
 // before the engine gets it, for tests that script a network's failures.
 func StartWrapped(tb testing.TB, path string, opt engine.Options, wrap func(model.Network) model.Network) (*engine.Engine, *model.Model) {
+	tb.Helper()
+	e, m, _ := start(tb, path, opt, wrap, false)
+	return e, m
+}
+
+// StartVision is Start that also loads the checkpoint's vision tower (as
+// serve does: family.Vision on the engine's MLX thread); it fails when the
+// checkpoint has none.
+func StartVision(tb testing.TB, path string, opt engine.Options) (*engine.Engine, *model.Model, stages.Vision) {
+	tb.Helper()
+	return start(tb, path, opt, nil, true)
+}
+
+func start(tb testing.TB, path string, opt engine.Options, wrap func(model.Network) model.Network, vision bool) (*engine.Engine, *model.Model, stages.Vision) {
 	tb.Helper()
 	if _, err := os.Stat(path); err != nil {
 		tb.Fatalf("%s is missing: run `make setup` (%v)", path, err)
@@ -73,6 +93,12 @@ func StartWrapped(tb testing.TB, path string, opt engine.Options, wrap func(mode
 		}
 		net, err = family.Build(m.Config, w)
 	})
+	var v stages.Vision
+	if err == nil && vision {
+		if v, err = family.Vision(m, th, s); err == nil && v == nil {
+			err = fmt.Errorf("%s has no vision tower", path)
+		}
+	}
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -88,6 +114,9 @@ func StartWrapped(tb testing.TB, path string, opt engine.Options, wrap func(mode
 	}
 	tb.Cleanup(func() {
 		e.Shutdown(context.Background())
+		if c, ok := v.(interface{ Close() }); ok {
+			c.Close()
+		}
 		th.Do(func() {
 			net.Close()
 			w.Free()
@@ -96,7 +125,7 @@ func StartWrapped(tb testing.TB, path string, opt engine.Options, wrap func(mode
 		th.Close()
 		m.Close()
 	})
-	return e, m
+	return e, m, v
 }
 
 // Collect drains a stream: every token, and the last event.

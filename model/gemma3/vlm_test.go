@@ -2,6 +2,7 @@ package gemma3
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -254,16 +255,50 @@ func TestVLMSteering(t *testing.T) {
 	logits := func(img []float32, spans []kvpool.Span) []float32 {
 		return x.run(t, c.IDs, spans, []kvpool.Embed{{Pos: sp.Start, Rows: sp.End - sp.Start, Data: img}}, []int{len(c.IDs)})[0]
 	}
-	a, b := x.soft(t, fx, 0), x.soft(t, fx, 1)
-	la, lb, la2 := logits(a, spans), logits(b, spans), logits(a, spans)
+	a0, a1 := x.soft(t, fx, 0), x.soft(t, fx, 1)
+	la, lb, la2 := logits(a0, spans), logits(a1, spans), logits(a0, spans)
 	if d, _ := maxAbsDiff(la, la2); d != 0 {
 		t.Errorf("the same image twice: logits differ by %.3g", d)
 	}
 	if d, _ := maxAbsDiff(la, lb); d < 1e-2 {
 		t.Errorf("two images: logits differ by only %.3g", d)
 	}
-	if d, _ := maxAbsDiff(la, logits(a, nil)); d < 1e-3 {
+	if d, _ := maxAbsDiff(la, logits(a0, nil)); d < 1e-3 {
 		t.Errorf("bidirectional and causal image attention differ by only %.3g", d)
 	}
 	t.Logf("greedy tokens: image0 %d, image1 %d", sample.Argmax(la), sample.Argmax(lb))
+
+	// A text row in the same step as an image row: its logits are those it
+	// gets alone, up to summation order.
+	text := x.m.Tokenizer.Encode("<bos><start_of_turn>user\nHello there.<end_of_turn>\n<start_of_turn>model\n", tokenizer.EncodeOptions{ParseSpecial: true})
+	alone := x.run(t, text, nil, nil, []int{len(text)})[0]
+	var together []float32
+	var err error
+	x.th.Do(func() {
+		a, b := x.st.NewSeq(), x.st.NewSeq()
+		defer a.Free()
+		defer b.Free()
+		f := mlx.NewFrame(x.s)
+		defer f.Free()
+		rows := []kvpool.Row{
+			{Seq: a, Tokens: c.IDs, Sample: true, Spans: spans, Embeds: []kvpool.Embed{{Pos: sp.Start, Rows: sp.End - sp.Start, Data: a0}}},
+			{Seq: b, Tokens: text, Sample: true},
+		}
+		out := f.ToFloat32s(x.st.ForwardRows(f, rows))
+		together = out[len(out)/2:]
+		if err = f.Err(); err == nil {
+			d, _ := maxAbsDiff(out[:len(out)/2], la)
+			if d > vlmLogitsTol {
+				err = fmt.Errorf("the image row beside a text row moved by %.3g", d)
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, at := maxAbsDiff(together, alone)
+	if d > vlmLogitsTol || sample.Argmax(together) != sample.Argmax(alone) {
+		t.Errorf("text row beside an image row: logits differ by %.3g at %d", d, at)
+	}
+	t.Logf("text row beside an image row: max |diff| %.3g", d)
 }
