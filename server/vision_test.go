@@ -25,9 +25,10 @@ import (
 // visionServer serves the tiny Gemma 3 vision-language checkpoint (random
 // weights, its own tokenizer and Gemma 3's chat template) as "eyes", tower
 // included, on the real engine.
-func visionServer(t *testing.T) (*harness, *engine.Engine) {
+func visionServer(t *testing.T, opt engine.Options) (*harness, *engine.Engine) {
 	t.Helper()
-	e, m, v := enginetest.StartVision(t, enginetest.Gemma3VLMTiny(), engine.Options{Sched: engine.Config{MaxConcurrent: 8}})
+	opt.Sched.MaxConcurrent = 8
+	e, m, v := enginetest.StartVision(t, enginetest.Gemma3VLMTiny(), opt)
 	h := newHarness(t, Options{Architectures: family.Supported()}, nil)
 	err := h.Register(Model{Name: "eyes", Architecture: m.Config.Arch, Tokenizer: m.Tokenizer, ChatTemplate: m.ChatTemplate,
 		EOS: m.Config.EOS, ContextLength: m.Config.ContextLength, Generator: e, Vision: v})
@@ -102,7 +103,7 @@ func chatImages(t *testing.T, url, text string, images ...string) (content strin
 // prompt, a text answer is unchanged while image requests run beside it,
 // and a corrupt image is a 400 that names no content.
 func TestRealVisionSteering(t *testing.T) {
-	h, e := visionServer(t)
+	h, e := visionServer(t, engine.Options{})
 	red := solidPNG(t, color.NRGBA{255, 0, 0, 255}, 40, 30)
 	blue := solidPNG(t, color.NRGBA{0, 0, 255, 255}, 40, 30)
 	ask := func(images ...string) (string, int) {
@@ -183,7 +184,7 @@ func TestOpenAIPythonClientImages(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(deps, "openai")); err != nil {
 		t.Fatalf("the openai package is missing from %s: run `make setup`", deps)
 	}
-	h, _ := visionServer(t)
+	h, _ := visionServer(t, engine.Options{})
 	red := solidPNG(t, color.NRGBA{255, 0, 0, 255}, 40, 30)
 	blue := solidPNG(t, color.NRGBA{0, 0, 255, 255}, 40, 30)
 	cmd := exec.Command("python3", "testdata/openai_vision.py", h.http.URL+"/v1", "eyes")
@@ -194,4 +195,60 @@ func TestOpenAIPythonClientImages(t *testing.T) {
 		t.Fatalf("openai client: %v\n%s", err, out)
 	}
 	t.Logf("%s", out)
+}
+
+// TestRealVisionPrefixCache: a prompt whose first block holds an image is
+// cached under the image's hash: the same image and text adopt the block
+// and answer as cold, another image with the same tokens adopts nothing.
+func TestRealVisionPrefixCache(t *testing.T) {
+	h, _ := visionServer(t, engine.Options{Prefix: engine.PrefixOptions{Budget: 16 << 20}})
+	red := solidPNG(t, color.NRGBA{255, 0, 0, 255}, 40, 30)
+	blue := solidPNG(t, color.NRGBA{0, 0, 255, 255}, 40, 30)
+	// About 300 tokens after the image, so block 0 (256 tokens) holds it.
+	long := strings.Repeat("abcdefghij", 30)
+	ask := func(image string) (string, float64) {
+		t.Helper()
+		body, _ := json.Marshal(map[string]any{
+			"model": "eyes", "max_tokens": 6, "temperature": 0, "ignore_eos": true, "logprobs": true, "user": "u1",
+			"messages": []map[string]any{{"role": "user", "content": []map[string]any{
+				{"type": "image_url", "image_url": map[string]any{"url": image}},
+				{"type": "text", "text": long},
+			}}},
+		})
+		status, raw := h.post(t, "/v1/chat/completions", string(body))
+		if status != 200 {
+			t.Fatalf("status %d: %s", status, raw)
+		}
+		var r struct {
+			Choices []struct {
+				Message  struct{ Content string } `json:"message"`
+				Logprobs json.RawMessage          `json:"logprobs"`
+			} `json:"choices"`
+			Usage struct {
+				Prompt  int `json:"prompt_tokens"`
+				Details struct {
+					Cached float64 `json:"cached_tokens"`
+				} `json:"prompt_tokens_details"`
+			} `json:"usage"`
+		}
+		if err := json.Unmarshal(raw, &r); err != nil || len(r.Choices) != 1 {
+			t.Fatalf("%v: %s", err, raw)
+		}
+		if r.Usage.Prompt <= 256 {
+			t.Fatalf("prompt of %d tokens fills no block", r.Usage.Prompt)
+		}
+		return r.Choices[0].Message.Content + string(r.Choices[0].Logprobs), r.Usage.Details.Cached
+	}
+	cold, c0 := ask(red)
+	warm, c1 := ask(red)
+	other, c2 := ask(blue)
+	if c0 != 0 || c1 != 256 || c2 != 0 {
+		t.Fatalf("cached tokens: cold %v, same image %v, other image %v; want 0, 256, 0", c0, c1, c2)
+	}
+	if warm != cold {
+		t.Errorf("answer from the cached block %q, cold %q", warm, cold)
+	}
+	if other == cold {
+		t.Errorf("another image gave the cold answer %q", other)
+	}
 }
