@@ -81,9 +81,9 @@ type gemma3Tower struct {
 	marker, prompt string
 }
 
-func (g *gemma3Tower) ImageMarker() string { return g.marker }
-func (g *gemma3Tower) ImagePrompt() string { return g.prompt }
-func (g *gemma3Tower) Video() bool         { return false }
+func (g *gemma3Tower) ImageMarker() string             { return g.marker }
+func (g *gemma3Tower) ImagePrompt(*media.Image) string { return g.prompt }
+func (g *gemma3Tower) Video() bool                     { return false }
 
 // Encode preprocesses the image on the caller's goroutine, then runs the
 // tower and projector on the MLX thread and copies the soft tokens out.

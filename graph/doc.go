@@ -2,7 +2,7 @@
 // request stages of package stages as go-streams Flows, and a terminal that
 // submits each admitted request to its model's Generator and replies.
 //
-//	Submit -> intake (bounded) -> parse -> template -> media -> vision
+//	Submit -> intake (bounded) -> parse -> media -> template -> vision
 //	       -> spans -> admit -> terminal (Generator.Submit) -> reply
 //	reply  -> Detokenizer (typed per-request channel) -> Stream.Deltas
 //

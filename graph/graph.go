@@ -147,8 +147,8 @@ func New(o Options) *Graph {
 func Pipeline(cat stages.Catalog) []stages.Stage {
 	return []stages.Stage{
 		stages.Parse{Models: cat},
-		stages.Template{},
 		stages.MediaDecode{},
+		stages.Template{},
 		stages.VisionTower{},
 		stages.SpanCarve{},
 		stages.Admit{},

@@ -11,9 +11,9 @@
 // (in package graph) replies. The stages, in order:
 //
 //	Parse        OpenAI chat/completions JSON -> validated Params, resolved Model
+//	MediaDecode  decoded images and video frames (package media)
 //	Template     chat template (add_generation_prompt) or raw prompt -> Tokens;
 //	             image markers expanded to the model's placeholder runs
-//	MediaDecode  decoded images and video frames (package media)
 //	VisionTower  the model's tower on each image -> MediaItems (soft tokens)
 //	SpanCarve    one span per item over its placeholder run -> Spans
 //	Admit        request id, token bounds, sampling, spans and soft tokens
@@ -24,7 +24,9 @@
 // A model with a vision tower (Model.Vision) gets chat content parts as
 // lists ({"type": "image"} where an image was), so its template writes its
 // image marker in place; Template replaces each marker with the tower's
-// image prompt (Gemma 3: "\n\n<start_of_image>", 256 <image_soft_token>,
+// prompt for that decoded image (its size may set the number of soft
+// tokens; media is decoded first for that reason and so that bad media is
+// refused before any tokenizing) (Gemma 3: "\n\n<start_of_image>", 256 <image_soft_token>,
 // "<end_of_image>\n\n", as its processor does) before tokenizing. The
 // tower runs on the model's MLX thread between engine steps; its soft
 // tokens travel as engine.Generation.Embeds, written over the placeholders'

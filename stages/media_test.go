@@ -48,9 +48,9 @@ type fakeVision struct {
 	fail  error
 }
 
-func (fakeVision) ImageMarker() string { return "<image>" }
-func (fakeVision) ImagePrompt() string { return "[\x01\x01\x01]" }
-func (fakeVision) Video() bool         { return false }
+func (fakeVision) ImageMarker() string             { return "<image>" }
+func (fakeVision) ImagePrompt(*media.Image) string { return "[\x01\x01\x01]" }
+func (fakeVision) Video() bool                     { return false }
 
 func (v fakeVision) Encode(_ context.Context, img *media.Image) (MediaItem, error) {
 	if v.fail != nil {
@@ -157,7 +157,7 @@ func TestMediaDecodeReplays(t *testing.T) {
 		MintedID: "m",
 	}}
 	var log Log
-	for _, s := range []Stage{Parse{Models: cat}, Template{}, MediaDecode{}} {
+	for _, s := range []Stage{Parse{Models: cat}, MediaDecode{}} {
 		Run(s, env, &log)
 	}
 	if env.Err != nil || len(env.Req.Images) != 1 {
@@ -184,7 +184,7 @@ func TestVisionPipeline(t *testing.T) {
 	body := chatWith("eyes", imagePart(red), `{"type":"text","text":"and"}`, imagePart(blue))
 	env := &Envelope{Ctx: context.Background(), Req: Request{Input: Input{Endpoint: Chat, Body: []byte(body)}, MintedID: "m"}}
 	var log Log
-	for _, s := range []Stage{Parse{Models: cat}, Template{}, MediaDecode{}, VisionTower{}, SpanCarve{}, Admit{}} {
+	for _, s := range []Stage{Parse{Models: cat}, MediaDecode{}, Template{}, VisionTower{}, SpanCarve{}, Admit{}} {
 		Run(s, env, &log)
 	}
 	if env.Err != nil {
@@ -234,7 +234,7 @@ func TestVisionRefusals(t *testing.T) {
 	run := func(t *testing.T, cat catalog, body string) error {
 		t.Helper()
 		env := &Envelope{Ctx: context.Background(), Req: Request{Input: Input{Endpoint: Chat, Body: []byte(body)}, MintedID: "m"}}
-		for _, s := range []Stage{Parse{Models: cat}, Template{}, MediaDecode{}, VisionTower{}, SpanCarve{}, Admit{}} {
+		for _, s := range []Stage{Parse{Models: cat}, MediaDecode{}, Template{}, VisionTower{}, SpanCarve{}, Admit{}} {
 			Run(s, env, nil)
 		}
 		return env.Err

@@ -9,7 +9,7 @@ import (
 
 func TestStagesReplay(t *testing.T) {
 	cat := testCatalog(t)
-	pipeline := []Stage{Parse{Models: cat}, Template{}, MediaDecode{}, VisionTower{}, SpanCarve{}, Admit{}}
+	pipeline := []Stage{Parse{Models: cat}, MediaDecode{}, Template{}, VisionTower{}, SpanCarve{}, Admit{}}
 	bodies := []struct {
 		endpoint Endpoint
 		body     string
@@ -42,8 +42,9 @@ func TestStagesReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Request 1 and 2 pass all six stages, 3 fails in template, 4 in parse.
-	if len(recs) != 6+6+2+1 {
+	// Request 1 and 2 pass all six stages, 3 fails in template (the third),
+	// 4 in parse.
+	if len(recs) != 6+6+3+1 {
 		t.Fatalf("%d records", len(recs))
 	}
 	byName := map[string]Stage{}

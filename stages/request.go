@@ -43,10 +43,11 @@ type Vision interface {
 	// ImageMarker is the text the chat template writes for an image
 	// content part (Gemma 3: "<start_of_image>").
 	ImageMarker() string
-	// ImagePrompt is what each marker becomes before tokenization: the
-	// placeholders the image's soft tokens replace, with what brackets
-	// them, as the model's processor writes it.
-	ImagePrompt() string
+	// ImagePrompt is what the marker of img becomes before tokenization:
+	// the placeholders its soft tokens replace (as many as Encode makes
+	// of it), with what brackets them, as the model's processor writes
+	// it.
+	ImagePrompt(img *media.Image) string
 	// Video reports whether the tower reads video frames; without it
 	// video parts are refused (400 unsupported_media).
 	Video() bool

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/goprovider/provider/jinja"
+	"github.com/goprovider/provider/media"
 	"github.com/goprovider/provider/tokenizer"
 )
 
@@ -43,7 +44,7 @@ func (Template) Apply(_ context.Context, req *Request) error {
 		if err != nil {
 			return err
 		}
-		if text, err = expandImages(m.Vision, text, p.Media); err != nil {
+		if text, err = expandImages(m.Vision, text, req.Images); err != nil {
 			return err
 		}
 		req.Prompt = text
@@ -78,29 +79,31 @@ type ChatVars struct {
 	Parts bool
 }
 
-// expandImages replaces each image marker the template wrote with the
-// model's image prompt (its placeholders), as the model's processor does
-// before tokenization. The markers must match the request's images one for
-// one: fewer means the template dropped images (the server's fault, a
-// CarveError), more means the request's text holds markers (400).
-func expandImages(v Vision, text string, media []Media) (string, error) {
-	images := 0
-	for _, m := range media {
-		if m.Kind == "image" {
-			images++
-		}
-	}
-	if v == nil || images == 0 {
+// expandImages replaces the image markers the template wrote, in order,
+// with the model's prompt for each decoded image (its placeholders), as the
+// model's processor does before tokenization. The markers must match the
+// images one for one: fewer means the template dropped images (the
+// server's fault, a CarveError), more means the request's text holds
+// markers (400).
+func expandImages(v Vision, text string, images []*media.Image) (string, error) {
+	if v == nil || len(images) == 0 {
 		return text, nil
 	}
 	marker := v.ImageMarker()
-	switch n := strings.Count(text, marker); {
-	case n < images:
+	pieces := strings.Split(text, marker)
+	switch n := len(pieces) - 1; {
+	case n < len(images):
 		return "", &CarveError{Reason: CarveMissingRun, At: n}
-	case n > images:
+	case n > len(images):
 		return "", invalid(CodeInvalidValue, "messages")
 	}
-	return strings.ReplaceAll(text, marker, v.ImagePrompt()), nil
+	var b strings.Builder
+	for i, img := range images {
+		b.WriteString(pieces[i])
+		b.WriteString(v.ImagePrompt(img))
+	}
+	b.WriteString(pieces[len(images)])
+	return b.String(), nil
 }
 
 // RenderChat renders messages with a chat template and a generation
