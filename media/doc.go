@@ -1,7 +1,9 @@
 // Package media turns the images and videos of a vision-language request
 // into pixels, safely: it owns reading a part's source (base64 data URL,
 // raw base64, or an opt-in http(s) fetch), recognising its format,
-// decoding it to packed RGB under fixed bounds, and hashing the pixels.
+// decoding it to packed RGB under fixed bounds, and hashing the pixels;
+// and resizing pixels exactly as PIL does (Resize), for the vision
+// towers' preprocessing.
 //
 // # Formats
 //
