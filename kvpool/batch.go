@@ -58,7 +58,9 @@ type Batch struct {
 	SampleAt []int32
 
 	tokens, positions, sampleAt mlx.Array
-	g                           []*groupStep
+	// g is each group's step as Attend sees it; gc as AttendCausal does
+	// when the step has spans (else g serves both).
+	g, gc []*groupStep
 }
 
 // groupStep is what one group's layers share in a step, built on first use.
@@ -92,7 +94,7 @@ type opsPart struct {
 // error nothing was written, but blocks reserved so far stay with their
 // sequences (the caller frees the sequences of a failed step).
 func (p *Pool) Begin(f *mlx.Frame, rows []Row) (*Batch, error) {
-	b := &Batch{p: p, f: f, rows: rows, start: make([]int, len(rows)), g: make([]*groupStep, len(p.groups))}
+	b := &Batch{p: p, f: f, rows: rows, start: make([]int, len(rows)), g: make([]*groupStep, len(p.groups)), gc: make([]*groupStep, len(p.groups))}
 	for r, row := range rows {
 		if row.Seq == nil || row.Seq.p != p {
 			return nil, fmt.Errorf("kvpool: row %d: sequence of another pool", r)
@@ -254,12 +256,18 @@ func (b *Batch) keyRange(r, w int) (lo, hi int) {
 	return lo, hi
 }
 
-func (b *Batch) step(gi int) *groupStep {
-	if b.g[gi] != nil {
-		return b.g[gi]
+func (b *Batch) step(gi int, causal bool) *groupStep {
+	steps := b.g
+	if causal && b.spans {
+		steps = b.gc
+	} else {
+		causal = false
+	}
+	if steps[gi] != nil {
+		return steps[gi]
 	}
 	gs := &groupStep{}
-	b.g[gi] = gs
+	steps[gi] = gs
 	f, N, R := b.f, len(b.Tokens), len(b.rows)
 	slots := make([]int32, N)
 	for i := range slots {
@@ -280,7 +288,7 @@ func (b *Batch) step(gi int) *groupStep {
 		}
 		meta := make([]int32, 3*N)
 		for i := range N {
-			meta[3*i], meta[3*i+1], meta[3*i+2] = b.rowOf[i], b.Positions[i], b.last[i]
+			meta[3*i], meta[3*i+1], meta[3*i+2] = b.rowOf[i], b.Positions[i], b.lastSeen(i, causal)
 		}
 		gs.write, gs.table, gs.meta = f.Int32s(slots, N), f.Int32s(table, R, mb), f.Int32s(meta, N, 3)
 		return gs
@@ -301,7 +309,7 @@ func (b *Batch) step(gi int) *groupStep {
 		if len(rows) == 0 {
 			continue
 		}
-		part := b.opsPart(gi, rows)
+		part := b.opsPart(gi, rows, causal)
 		for j, r := range rows {
 			for t := range b.rows[r].Tokens {
 				oIdx[b.start[r]+t] = int32(base + j*part.Tq + t)
@@ -320,8 +328,18 @@ func (b *Batch) step(gi int) *groupStep {
 	return gs
 }
 
-// opsPart lays out one padded attention over rows of group gi.
-func (b *Batch) opsPart(gi int, rows []int) opsPart {
+// lastSeen is the last position flat token i attends to: its span's
+// last, or its own when causal.
+func (b *Batch) lastSeen(i int, causal bool) int32 {
+	if causal {
+		return b.Positions[i]
+	}
+	return b.last[i]
+}
+
+// opsPart lays out one padded attention over rows of group gi; causal
+// ignores the rows' spans.
+func (b *Batch) opsPart(gi int, rows []int, causal bool) opsPart {
 	f, g := b.f, b.p.groups[gi]
 	part := opsPart{R: len(rows)}
 	for _, r := range rows {
@@ -333,7 +351,7 @@ func (b *Batch) opsPart(gi int, rows []int) opsPart {
 	// mask: its exact keys go to the fused attention kernels that refuse
 	// masks (CUDA's), causal for a chunk (MLX aligns the chunk's queries
 	// with the last keys).
-	part.exact = part.R == 1 && (part.Tq == 1 || g.window == 0) && !b.spans
+	part.exact = part.R == 1 && (part.Tq == 1 || g.window == 0) && (!b.spans || causal)
 	if !part.exact {
 		part.L = (part.L + BlockTokens - 1) / BlockTokens * BlockTokens
 	}
@@ -368,7 +386,7 @@ func (b *Batch) opsPart(gi int, rows []int) opsPart {
 			if mask == nil {
 				continue
 			}
-			p, last := s.n+t, int(b.last[b.start[r]+t])
+			p, last := s.n+t, int(b.lastSeen(b.start[r]+t, causal))
 			for k := range L {
 				if kp := lo + k; kp <= last && (g.window == 0 || p-kp < g.window) {
 					mask[(j*Tq+t)*L+k] = 1
@@ -387,10 +405,22 @@ func (b *Batch) opsPart(gi int, rows []int) opsPart {
 // Attend stores layer li's new keys and values k, v ([N, KVHeads, HeadDim];
 // ignored for a layer that shares another's storage) and returns the
 // attention of q [N, Heads, HeadDim] for every token of the step over its
-// own row's keys: causal, within the layer's window, GQA by head groups,
+// own row's keys: causal (a token of one of the row's spans also sees the
+// span's later tokens), within the layer's window, GQA by head groups,
 // sinks (one logit per head, may be invalid) in each softmax's denominator.
 // The result is [N, Heads, HeadDim] in the activation dtype.
 func (b *Batch) Attend(li int, q, k, v mlx.Array, scale float32, sinks mlx.Array) mlx.Array {
+	return b.attend(li, q, k, v, scale, sinks, false)
+}
+
+// AttendCausal is Attend with the rows' spans ignored: every token
+// attends causally, inside a span too (a layer that a model keeps causal
+// over an image, such as Gemma 4's full-attention layers).
+func (b *Batch) AttendCausal(li int, q, k, v mlx.Array, scale float32, sinks mlx.Array) mlx.Array {
+	return b.attend(li, q, k, v, scale, sinks, true)
+}
+
+func (b *Batch) attend(li int, q, k, v mlx.Array, scale float32, sinks mlx.Array, causal bool) mlx.Array {
 	p, f := b.p, b.f
 	if f.Err() != nil {
 		return mlx.Array{}
@@ -399,7 +429,7 @@ func (b *Batch) Attend(li int, q, k, v mlx.Array, scale float32, sinks mlx.Array
 	if shared {
 		k, v = mlx.Array{}, mlx.Array{}
 	}
-	gs := b.step(gi)
+	gs := b.step(gi, causal)
 	if p.fused {
 		return f.PagedAttention(q, k, v, p.k[src], p.v[src], gs.write, gs.table, gs.meta, BlockTokens, p.groups[gi].window, scale, sinks)
 	}
@@ -484,7 +514,7 @@ func (b *Batch) AttendRows(li int, q, k, v mlx.Array, fn func(q, k, v mlx.Array)
 	}
 	gi, src, shared := p.source(li)
 	if !shared {
-		b.store(src, b.step(gi), k, v)
+		b.store(src, b.step(gi, false), k, v)
 	}
 	l := p.layers[src]
 	H, D := q.Dim(1), q.Dim(2)
