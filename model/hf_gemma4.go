@@ -33,6 +33,18 @@ type Gemma4Facts struct {
 	// from a second embedding table of PerLayerVocab rows and a projection
 	// of the token's embedding.
 	PerLayerInput, PerLayerVocab int
+	// VisionBidirectional (use_bidirectional_attention "vision"): the
+	// placeholders of one image attend to each other in the sliding-window
+	// layers; the full-attention layers stay causal over them. Without it
+	// every layer is causal over images too.
+	VisionBidirectional bool
+	// MediaTokens are the placeholder ids of images, video and audio of a
+	// multimodal checkpoint (none for gemma4_text). As HF transformers'
+	// multimodal model does, the forward pass looks PadToken up in both
+	// embedding tables in their place; soft tokens then replace the main
+	// embedding, and the per-layer inputs keep the pad token's row.
+	MediaTokens []int32
+	PadToken    int32
 }
 
 // isGemma4 reports whether an HF model_type is a Gemma 4 text decoder: the
@@ -42,7 +54,7 @@ func isGemma4(modelType string) bool { return modelType == "gemma4" || modelType
 // gemma4Facts checks the features of a Gemma 4 text config that the
 // forward pass implements and records them on c. widths is each layer's
 // dense MLP width as the config gives it.
-func (hc *hfGemma4Text) gemma4Facts(c *Config, widths []int) error {
+func (hc *hfGemma4Text) gemma4Facts(c *Config, widths []int, media []int32) error {
 	switch act := hc.HiddenActivation; act {
 	case "", "gelu_pytorch_tanh", "gelu_tanh":
 	default:
@@ -52,13 +64,20 @@ func (hc *hfGemma4Text) gemma4Facts(c *Config, widths []int) error {
 	if len(hc.UseBidirectional) > 0 && json.Unmarshal(hc.UseBidirectional, &bidirectional) == nil && bidirectional == "all" {
 		return fmt.Errorf("%w: gemma4 with bidirectional attention over all tokens", ErrUnsupportedArch)
 	}
+	var pad int32
+	if hc.PadTokenID != nil {
+		pad = *hc.PadTokenID
+	}
+	if pad < 0 || int(pad) >= c.Vocab {
+		return fmt.Errorf("%w: gemma4 pad_token_id %d outside the vocabulary of %d", ErrBadConfig, pad, c.Vocab)
+	}
 	if hc.EnableMoEBlock && (hc.TopKExperts <= 0 || hc.TopKExperts > hc.NumExperts) {
 		return fmt.Errorf("%w: gemma4 MoE block choosing %d of %d experts", ErrBadConfig, hc.TopKExperts, hc.NumExperts)
 	}
 	if kind := ropeType(hc.RopeParameters[slidingAttention]); kind != "default" {
 		return fmt.Errorf("%w: gemma4 sliding-layer rope_type %q", ErrUnsupportedArch, kind)
 	}
-	g := &Gemma4Facts{KEqV: hc.AttentionKEqV}
+	g := &Gemma4Facts{KEqV: hc.AttentionKEqV, VisionBidirectional: bidirectional == "vision", MediaTokens: media, PadToken: pad}
 	globalDim := c.HeadDim
 	for _, k := range c.Kinds {
 		if k.Window == 0 {

@@ -263,7 +263,12 @@ type hfGemma4Text struct {
 	TopKExperts             int                       `json:"top_k_experts"`
 	HiddenActivation        string                    `json:"hidden_activation"`
 	UseBidirectional        json.RawMessage           `json:"use_bidirectional_attention"`
+	PadTokenID              *int32                    `json:"pad_token_id"`
 }
+
+// gemma4MediaDefaults are transformers' Gemma4Config placeholder ids of
+// images, video and audio, for a multimodal config that leaves them out.
+var gemma4MediaDefaults = map[string]int32{"image_token_id": 258880, "video_token_id": 258884, "audio_token_id": 258881}
 
 // describeGemma4 reads a Gemma 4 config; for model_type gemma4 the language
 // model is its text_config (token ids and dtype may sit at either level).
@@ -276,7 +281,7 @@ func describeGemma4(data []byte) (describedHF, error) {
 		return describedHF{}, fmt.Errorf("%w: config.json: %w", ErrBadConfig, err)
 	}
 	hc := top.hfGemma4Text
-	var eos []int32
+	var eos, media []int32
 	if top.ModelType == "gemma4" {
 		if len(top.TextConfig) == 0 {
 			return describedHF{}, fmt.Errorf("%w: gemma4 config.json without text_config", ErrBadConfig)
@@ -295,11 +300,41 @@ func describeGemma4(data []byte) (describedHF, error) {
 			hc.DType, hc.TorchDType = top.DType, top.TorchDType
 		}
 		eos = tokenIDs(top.EOSTokenID)
+		var err error
+		if media, err = gemma4MediaTokens(data); err != nil {
+			return describedHF{}, err
+		}
 	}
-	return hc.describe(eos)
+	return hc.describe(eos, media)
 }
 
-func (hc *hfGemma4Text) describe(outerEOS []int32) (describedHF, error) {
+// gemma4MediaTokens reads the multimodal placeholder ids at the top level
+// of a gemma4 config: present, absent (transformers' default) or null
+// (none).
+func gemma4MediaTokens(data []byte) ([]int32, error) {
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(data, &keys); err != nil {
+		return nil, fmt.Errorf("%w: config.json: %w", ErrBadConfig, err)
+	}
+	var ids []int32
+	for _, k := range []string{"image_token_id", "video_token_id", "audio_token_id"} {
+		raw, ok := keys[k]
+		if !ok {
+			ids = append(ids, gemma4MediaDefaults[k])
+			continue
+		}
+		var id *int32
+		if err := json.Unmarshal(raw, &id); err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", ErrBadConfig, k, err)
+		}
+		if id != nil {
+			ids = append(ids, *id)
+		}
+	}
+	return ids, nil
+}
+
+func (hc *hfGemma4Text) describe(outerEOS, media []int32) (describedHF, error) {
 	// Gemma ties its output to the embedding unless told otherwise.
 	c, note, err := hc.config("gemma4", true)
 	if err != nil {
@@ -368,7 +403,7 @@ func (hc *hfGemma4Text) describe(outerEOS []int32) (describedHF, error) {
 		return describedHF{}, fmt.Errorf("%w: gemma4 MoE block without num_experts or moe_intermediate_size", ErrBadConfig)
 	}
 
-	if err := hc.gemma4Facts(&c, widths); err != nil {
+	if err := hc.gemma4Facts(&c, widths, media); err != nil {
 		return describedHF{}, err
 	}
 	d := describedHF{cfg: c, parts: hc.weightParts(c, types, widths)}

@@ -1,6 +1,7 @@
 // Package gemma4 is the Gemma 4 text decoder's forward pass on MLX, for HF
 // checkpoints of model_type gemma4 (the text_config of the multimodal
-// model; its vision and audio towers are not read) or gemma4_text.
+// model) or gemma4_text, and the multimodal model's vision tower
+// (vision.go; the audio tower is not read).
 //
 // Architecture, as HF transformers and mlx-lm define it:
 //   - Embeddings scaled by sqrt(hidden); every RMSNorm multiplies by its
@@ -59,6 +60,32 @@
 // holds every token in whole blocks of kvpool.BlockTokens; that is what
 // the KV-byte ledger charges (engine.KVLayout.SequenceBytes).
 //
-// This package imports only mlx, kvpool and model; it knows nothing of the
-// engine.
+// # Images
+//
+// The vision tower (Vision) follows HF transformers' Gemma4VisionModel:
+// an image is resized, aspect kept, to the largest multiple of
+// pooling x patch pixels per side within a soft-token budget (70, 140,
+// 280, 560 or 1120 tokens, the processor config's), with PIL's bicubic
+// arithmetic; its patches are projected and given learned column and row
+// embeddings; bidirectional encoder layers (RMS-normed queries and keys,
+// 2-D RoPE: the first half of each head rotated by the patch's column, the
+// second by its row; a gated tanh-GELU MLP; linear layers optionally
+// clipped) run over them; pooling averages 3x3 blocks, scales by
+// sqrt(hidden) and optionally standardizes; the embedder (RMSNorm without
+// scale, a projection) gives the soft tokens. The prompt holds
+// <|image>, Tokens(w, h) placeholders, <image|> per image.
+//
+// Forward reads soft tokens as transformers' Gemma4Model does: every
+// multimodal placeholder is looked up as the pad token in both embedding
+// tables, the soft tokens replace the scaled main embeddings at their
+// positions unscaled (kvpool.Batch.Overlay), and the per-layer inputs
+// project those embeddings, soft tokens included, beside the pad token's
+// per-layer row. With use_bidirectional_attention "vision" an image's
+// placeholders attend to each other in the sliding-window layers only
+// (window AND (causal OR same image)); the full-attention layers stay
+// causal (kvpool.Batch.AttendCausal); without it every layer is causal.
+// mlx-vlm 0.7.10 opens the image blocks in the full-attention layers too.
+//
+// This package imports only mlx, media, kvpool, safetensors and model; it
+// knows nothing of the engine.
 package gemma4

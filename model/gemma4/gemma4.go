@@ -143,9 +143,13 @@ func (m *Model) Forward(f *mlx.Frame, b *kvpool.Batch) mlx.Array {
 		return mlx.Array{}
 	}
 	act, N := c.ActDType, b.N()
-	ids := b.TokenIDs()
+	ids := m.lookupIDs(f, b)
 	x := f.AsType(m.embed.Embed(f, ids), act) // [1, N, hidden]
 	x = f.Multiply(x, scalar(f, math.Sqrt(float64(c.Hidden)), act))
+	// Soft tokens (an image's) replace the scaled embeddings of their
+	// placeholders unscaled, before the per-layer inputs project the
+	// embeddings, as HF transformers computes them.
+	x = b.Overlay(x)
 	perLayer := m.perLayerInputs(f, ids, x)
 
 	for li := range m.layers {
@@ -175,6 +179,22 @@ func (m *Model) Forward(f *mlx.Frame, b *kvpool.Batch) mlx.Array {
 		logits = f.Multiply(f.Tanh(f.Divide(logits, f.Scalar(sc))), f.Scalar(sc))
 	}
 	return logits
+}
+
+// lookupIDs is the step's token ids for the embedding tables, [1, N]: a
+// multimodal placeholder is looked up as the pad token.
+func (m *Model) lookupIDs(f *mlx.Frame, b *kvpool.Batch) mlx.Array {
+	media := m.g.MediaTokens
+	if !slices.ContainsFunc(b.Tokens, func(id int32) bool { return slices.Contains(media, id) }) {
+		return b.TokenIDs()
+	}
+	ids := slices.Clone(b.Tokens)
+	for i, id := range ids {
+		if slices.Contains(media, id) {
+			ids[i] = m.g.PadToken
+		}
+	}
+	return f.Int32s(ids, 1, len(ids))
 }
 
 // perLayerInputs is every token's input to every layer, [1, N, layers,
@@ -228,8 +248,14 @@ func (m *Model) attention(f *mlx.Frame, l *layer, li int, h mlx.Array, b *kvpool
 		v = flat(f.RMSNorm(raw, mlx.Array{}, c.NormEps), kvHeads)
 	}
 	// Queries and keys arrive RMS-normalized: Gemma 4 scales their
-	// products by 1, whatever the head size.
-	o := b.Attend(li, q, k, v, 1, mlx.Array{})
+	// products by 1, whatever the head size. An image's placeholders see
+	// each other only in sliding layers, and only with VisionBidirectional.
+	var o mlx.Array
+	if m.g.VisionBidirectional && l.kind.Window > 0 {
+		o = b.Attend(li, q, k, v, 1, mlx.Array{})
+	} else {
+		o = b.AttendCausal(li, q, k, v, 1, mlx.Array{})
+	}
 	return l.o.Linear(f, f.Reshape(o, 1, N, heads*hd))
 }
 
@@ -253,4 +279,10 @@ func gelu(f *mlx.Frame, x mlx.Array) mlx.Array {
 	return f.Multiply(f.Multiply(k(0.5), x), f.Add(k(1), f.Tanh(inner)))
 }
 
-var _ model.Network = (*Model)(nil)
+// ReadsEmbeds marks Forward as applying kvpool.Row.Embeds.
+func (m *Model) ReadsEmbeds() {}
+
+var (
+	_ model.Network     = (*Model)(nil)
+	_ model.EmbedReader = (*Model)(nil)
+)
