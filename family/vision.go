@@ -13,6 +13,7 @@ import (
 	"github.com/goprovider/provider/mlx"
 	"github.com/goprovider/provider/model"
 	"github.com/goprovider/provider/model/gemma3"
+	"github.com/goprovider/provider/model/gemma4"
 	"github.com/goprovider/provider/stages"
 )
 
@@ -23,9 +24,9 @@ var ErrNoVisionTokens = errors.New("vocabulary lacks the vision tower's tokens")
 // Vision loads the vision tower of a checkpoint that has one and returns it
 // as the pipeline's stages.Vision; (nil, nil) when the checkpoint is
 // text-only. The tower's math runs on th (the model's MLX thread) on
-// stream s, between the engine's steps. Only Gemma 3's tower is built;
-// another architecture whose config describes a vision tower is refused
-// rather than served text-only.
+// stream s, between the engine's steps. Gemma 3's and Gemma 4's towers are
+// built; another architecture whose config describes a vision tower is
+// refused rather than served text-only.
 func Vision(m *model.Model, th *mlx.Thread, s mlx.Stream) (stages.Vision, error) {
 	if m.Format != "hf" {
 		return nil, nil
@@ -43,6 +44,9 @@ func Vision(m *model.Model, th *mlx.Thread, s mlx.Stream) (stages.Vision, error)
 	if len(probe.Vision) == 0 || string(probe.Vision) == "null" {
 		return nil, nil
 	}
+	if m.Config.Arch == "gemma4" {
+		return gemma4Vision(m, th, s)
+	}
 	if m.Config.Arch != "gemma3" {
 		return nil, fmt.Errorf("family: %w: a %s vision tower", model.ErrUnsupportedArch, m.Config.Arch)
 	}
@@ -57,20 +61,30 @@ func Vision(m *model.Model, th *mlx.Thread, s mlx.Stream) (stages.Vision, error)
 		g.Close()
 		return nil, fmt.Errorf("family: %w: soft tokens of %d for a text hidden size of %d", model.ErrBadConfig, c.TextHidden, m.Config.Hidden)
 	}
-	tok := m.Tokenizer
-	names := make([]string, 0, 3)
-	for _, id := range []int32{c.StartOfImage, c.ImageToken, c.EndOfImage} {
-		name := tok.Token(id)
-		if back, ok := tok.TokenID(name); name == "" || !ok || back != id {
-			g.Close()
-			return nil, fmt.Errorf("family: %w: id %d", ErrNoVisionTokens, id)
-		}
-		names = append(names, name)
+	names, err := tokenNames(m, c.StartOfImage, c.ImageToken, c.EndOfImage)
+	if err != nil {
+		g.Close()
+		return nil, err
 	}
 	g.marker = names[0]
 	// Gemma3Processor's expansion of each start-of-image marker.
 	g.prompt = "\n\n" + names[0] + strings.Repeat(names[1], c.TokensPerImage) + names[2] + "\n\n"
 	return g, nil
+}
+
+// tokenNames is the vocabulary's text of each id, refusing an id that is
+// not a token of its own (a missing or ambiguous one).
+func tokenNames(m *model.Model, ids ...int32) ([]string, error) {
+	tok := m.Tokenizer
+	names := make([]string, 0, len(ids))
+	for _, id := range ids {
+		name := tok.Token(id)
+		if back, ok := tok.TokenID(name); name == "" || !ok || back != id {
+			return nil, fmt.Errorf("family: %w: id %d", ErrNoVisionTokens, id)
+		}
+		names = append(names, name)
+	}
+	return names, nil
 }
 
 // gemma3Tower is Gemma 3's tower as a stages.Vision.
@@ -118,4 +132,83 @@ func (g *gemma3Tower) free() {
 		g.v.Free()
 		g.v = nil
 	}
+}
+
+// gemma4Vision loads Gemma 4's tower. The chat template writes the
+// placeholder token itself for an image part; Gemma4Processor turns each
+// into the start-of-image token, as many placeholders as the image's size
+// gives soft tokens, and the end-of-image token.
+func gemma4Vision(m *model.Model, th *mlx.Thread, s mlx.Stream) (stages.Vision, error) {
+	var (
+		v   *gemma4.Vision
+		err error
+	)
+	th.Do(func() { v, err = gemma4.LoadVision(m.Path, s, m.Config.ActDType) })
+	if err != nil {
+		return nil, err
+	}
+	g := &gemma4Tower{v: v, th: th, s: s}
+	c := v.Config
+	if c.TextHidden != m.Config.Hidden {
+		g.Close()
+		return nil, fmt.Errorf("family: %w: soft tokens of %d for a text hidden size of %d", model.ErrBadConfig, c.TextHidden, m.Config.Hidden)
+	}
+	names, err := tokenNames(m, c.StartOfImage, c.ImageToken, c.EndOfImage)
+	if err != nil {
+		g.Close()
+		return nil, err
+	}
+	g.start, g.placeholder, g.end = names[0], names[1], names[2]
+	return g, nil
+}
+
+// gemma4Tower is Gemma 4's tower as a stages.Vision.
+type gemma4Tower struct {
+	v                       *gemma4.Vision
+	th                      *mlx.Thread
+	s                       mlx.Stream
+	start, placeholder, end string
+}
+
+func (g *gemma4Tower) ImageMarker() string { return g.placeholder }
+func (g *gemma4Tower) Video() bool         { return false }
+
+// ImagePrompt is the image's run: as many placeholders as its size gives
+// soft tokens under the processor's budget.
+func (g *gemma4Tower) ImagePrompt(img *media.Image) string {
+	return g.start + strings.Repeat(g.placeholder, g.v.Tokens(img.Width, img.Height)) + g.end
+}
+
+// Encode preprocesses the image on the caller's goroutine, then runs the
+// tower and embedder on the MLX thread and copies the soft tokens out.
+func (g *gemma4Tower) Encode(ctx context.Context, img *media.Image) (stages.MediaItem, error) {
+	p, err := g.v.Preprocess(img.Pix, img.Width, img.Height)
+	if err != nil {
+		return stages.MediaItem{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return stages.MediaItem{}, err
+	}
+	var soft []float32
+	g.th.Do(func() {
+		f := mlx.NewFrame(g.s)
+		defer f.Free()
+		soft = f.ToFloat32s(f.AsType(g.v.Encode(f, p), mlx.Float32))
+		err = f.Err()
+	})
+	if err != nil {
+		return stages.MediaItem{}, err
+	}
+	n := len(soft) / g.v.Config.TextHidden
+	return stages.MediaItem{Token: g.v.Config.ImageToken, Count: n, Hash: img.Hash, Embeds: soft}, nil
+}
+
+// Close releases the tower's weights; call it once no request uses it.
+func (g *gemma4Tower) Close() {
+	g.th.Do(func() {
+		if g.v != nil {
+			g.v.Free()
+			g.v = nil
+		}
+	})
 }
