@@ -57,13 +57,8 @@ func Vision(m *model.Model, th *mlx.Thread, s mlx.Stream) (stages.Vision, error)
 	}
 	g := &gemma3Tower{v: v, th: th, s: s}
 	c := v.Config
-	if c.TextHidden != m.Config.Hidden {
-		g.Close()
-		return nil, fmt.Errorf("family: %w: soft tokens of %d for a text hidden size of %d", model.ErrBadConfig, c.TextHidden, m.Config.Hidden)
-	}
-	names, err := tokenNames(m, c.StartOfImage, c.ImageToken, c.EndOfImage)
+	names, err := towerTokens(m, g, c.TextHidden, c.StartOfImage, c.ImageToken, c.EndOfImage)
 	if err != nil {
-		g.Close()
 		return nil, err
 	}
 	g.marker = names[0]
@@ -72,14 +67,21 @@ func Vision(m *model.Model, th *mlx.Thread, s mlx.Stream) (stages.Vision, error)
 	return g, nil
 }
 
-// tokenNames is the vocabulary's text of each id, refusing an id that is
-// not a token of its own (a missing or ambiguous one).
-func tokenNames(m *model.Model, ids ...int32) ([]string, error) {
+// towerTokens checks a loaded tower against m (its soft tokens' width is
+// the text hidden size; each of ids is a token of its own in the
+// vocabulary) and returns the ids' texts; on a mismatch it closes the
+// tower.
+func towerTokens(m *model.Model, tower interface{ Close() }, textHidden int, ids ...int32) ([]string, error) {
+	if textHidden != m.Config.Hidden {
+		tower.Close()
+		return nil, fmt.Errorf("family: %w: soft tokens of %d for a text hidden size of %d", model.ErrBadConfig, textHidden, m.Config.Hidden)
+	}
 	tok := m.Tokenizer
 	names := make([]string, 0, len(ids))
 	for _, id := range ids {
 		name := tok.Token(id)
 		if back, ok := tok.TokenID(name); name == "" || !ok || back != id {
+			tower.Close()
 			return nil, fmt.Errorf("family: %w: id %d", ErrNoVisionTokens, id)
 		}
 		names = append(names, name)
@@ -149,13 +151,8 @@ func gemma4Vision(m *model.Model, th *mlx.Thread, s mlx.Stream) (stages.Vision, 
 	}
 	g := &gemma4Tower{v: v, th: th, s: s}
 	c := v.Config
-	if c.TextHidden != m.Config.Hidden {
-		g.Close()
-		return nil, fmt.Errorf("family: %w: soft tokens of %d for a text hidden size of %d", model.ErrBadConfig, c.TextHidden, m.Config.Hidden)
-	}
-	names, err := tokenNames(m, c.StartOfImage, c.ImageToken, c.EndOfImage)
+	names, err := towerTokens(m, g, c.TextHidden, c.StartOfImage, c.ImageToken, c.EndOfImage)
 	if err != nil {
-		g.Close()
 		return nil, err
 	}
 	g.start, g.placeholder, g.end = names[0], names[1], names[2]

@@ -143,6 +143,9 @@ from mlx_vlm.models import gemma4
 from mlx_vlm.models.gemma4.processing_gemma4 import Gemma4ImageProcessor, Gemma4Processor
 from mlx_vlm.utils import load_model
 
+# The images and the file writers are the Gemma 3 fixture's.
+from make_tiny_gemma3_vlm import f32, make_images, write_json
+
 SEED = 20261204
 PATCH = 4
 POOL = 3
@@ -337,19 +340,6 @@ def hf_name(name):
 
 
 # ---- images and preprocessing ---------------------------------------------
-
-
-def make_images():
-    """Two deterministic RGB images, uint8 [h, w, 3]."""
-    h, w = 30, 40
-    y, x = np.mgrid[0:h, 0:w]
-    img0 = np.stack([x * 255 // (w - 1), y * 255 // (h - 1), np.full_like(x, 96)], axis=-1)
-    img0[8:18, 22:32] = [255, 0, 0]
-    h, w = 131, 150
-    y, x = np.mgrid[0:h, 0:w]
-    img1 = np.stack([(x * 7 + y * 3) % 256, (x * y) % 256, 255 - (x + 2 * y) % 256], axis=-1)
-    img1[(x - 60) ** 2 + (y - 70) ** 2 < 900] = [20, 200, 40]
-    return [img0.astype(np.uint8), img1.astype(np.uint8)]
 
 
 def image_processor_kwargs():
@@ -624,18 +614,6 @@ def max_diff(a, b):
 
 
 # ---- main ------------------------------------------------------------------
-
-
-def f32(path, a):
-    a = np.ascontiguousarray(np.asarray(a, dtype="<f4"))
-    a.tofile(path)
-    return list(a.shape)
-
-
-def write_json(path, obj, indent=2):
-    with open(path, "w") as f:
-        json.dump(obj, f, indent=indent, ensure_ascii=False)
-        f.write("\n")
 
 
 def build_model_config():

@@ -39,7 +39,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 
 	"github.com/goprovider/provider/media"
 	"github.com/goprovider/provider/mlx"
@@ -312,7 +311,7 @@ type Vision struct {
 	postB     mlx.Array
 	softNorm  mlx.Array // float32, Gemma's 1+w
 	projW     mlx.Array // [hidden, text hidden]
-	owned     []*mlx.Array
+	tensors   *model.TowerTensors
 	attnScale float32
 }
 
@@ -322,8 +321,6 @@ var (
 	visionPrefixes    = []string{"vision_tower.vision_model.", "model.vision_tower.vision_model."}
 	projectorPrefixes = []string{"multi_modal_projector.", "model.multi_modal_projector."}
 )
-
-var stDTypes = map[string]mlx.Dtype{"F32": mlx.Float32, "F16": mlx.Float16, "BF16": mlx.BFloat16}
 
 // LoadVision reads the vision tower and projector of the Gemma 3
 // multimodal checkpoint in dir (config.json, preprocessor_config.json when
@@ -365,81 +362,35 @@ func LoadVision(dir string, s mlx.Stream, act mlx.Dtype) (*Vision, error) {
 
 func (v *Vision) upload(st *safetensors.Dir, s mlx.Stream) error {
 	c := v.Config
-	lookup := func(prefixes []string, name string) (*safetensors.File, safetensors.TensorInfo, error) {
-		for _, p := range prefixes {
-			if file, info, ok := st.Lookup(p + name); ok {
-				if _, _, q := st.Lookup(strings.TrimSuffix(p+name, ".weight") + ".scales"); q {
-					return nil, info, fmt.Errorf("%w: quantized %s", model.ErrUnsupportedType, p+name)
-				}
-				return file, info, nil
-			}
-		}
-		return nil, safetensors.TensorInfo{}, fmt.Errorf("%w: %s%s", model.ErrMissingTensor, prefixes[0], name)
-	}
-	// get uploads one tensor, checked against shape, as dtype; fn, when
-	// set, transforms it on the device first.
-	get := func(dst *mlx.Array, prefixes []string, name string, dt mlx.Dtype, fn func(*mlx.Frame, mlx.Array) mlx.Array, shape ...int) error {
-		file, info, err := lookup(prefixes, name)
-		if err != nil {
-			return err
-		}
-		src, ok := stDTypes[info.DType]
-		if !ok {
-			return fmt.Errorf("%w: %s is %s", model.ErrUnsupportedType, info.Name, info.DType)
-		}
-		if !slices.Equal(info.Shape, shape) {
-			return fmt.Errorf("%w: %s is %v, want %v", model.ErrBadConfig, info.Name, info.Shape, shape)
-		}
-		data, err := file.Data(info)
-		if err != nil {
-			return err
-		}
-		a, err := mlx.FromBytes(data, src, info.Shape...)
-		if err != nil {
-			return err
-		}
-		defer a.Free()
-		f := mlx.NewFrame(s)
-		defer f.Free()
-		out := f.AsType(a, dt)
-		if fn != nil {
-			out = fn(f, out)
-		}
-		out = f.Contiguous(out)
-		if err := f.Eval(out); err != nil {
-			return fmt.Errorf("%s: %w", info.Name, err)
-		}
-		*dst = f.Keep(out)
-		v.owned = append(v.owned, dst)
-		return nil
-	}
+	v.tensors = model.NewTowerTensors(st, s)
+	t := v.tensors
 	H, P, C := c.Hidden, c.PatchSize, c.Channels
 	act, f32 := v.act, mlx.Float32
 	vp := visionPrefixes
 	// The patch embedding is [hidden, channels, kh, kw] in PyTorch's layout
 	// and [hidden, kh, kw, channels] in MLX conversions.
 	patch := "embeddings.patch_embedding.weight"
-	_, info, err := lookup(vp, patch)
+	_, info, err := t.Lookup(vp, patch)
 	if err != nil {
 		return err
 	}
 	flatten := func(f *mlx.Frame, a mlx.Array) mlx.Array { return f.Reshape(a, H, C*P*P) }
 	if slices.Equal(info.Shape, []int{H, P, P, C}) && C != P {
 		fromMLX := func(f *mlx.Frame, a mlx.Array) mlx.Array { return flatten(f, f.Transpose(a, 0, 3, 1, 2)) }
-		err = get(&v.patchW, vp, patch, act, fromMLX, H, P, P, C)
+		err = t.Get(model.TowerTensor{Dst: &v.patchW, Prefixes: vp, Name: patch, DType: act, Shape: []int{H, P, P, C}}, fromMLX)
 	} else {
-		err = get(&v.patchW, vp, patch, act, flatten, H, C, P, P)
+		err = t.Get(model.TowerTensor{Dst: &v.patchW, Prefixes: vp, Name: patch, DType: act, Shape: []int{H, C, P, P}}, flatten)
 	}
 	if err != nil {
 		return err
 	}
 	n := c.Grid() * c.Grid()
-	specs := []tensorSpec{
-		{&v.patchB, vp, "embeddings.patch_embedding.bias", act, []int{H}},
-		{&v.pos, vp, "embeddings.position_embedding.weight", act, []int{n, H}},
-		{&v.postW, vp, "post_layernorm.weight", f32, []int{H}},
-		{&v.postB, vp, "post_layernorm.bias", f32, []int{H}},
-		{&v.projW, projectorPrefixes, "mm_input_projection_weight", act, []int{H, c.TextHidden}},
+	specs := []model.TowerTensor{
+		{Dst: &v.patchB, Prefixes: vp, Name: "embeddings.patch_embedding.bias", DType: act, Shape: []int{H}},
+		{Dst: &v.pos, Prefixes: vp, Name: "embeddings.position_embedding.weight", DType: act, Shape: []int{n, H}},
+		{Dst: &v.postW, Prefixes: vp, Name: "post_layernorm.weight", DType: f32, Shape: []int{H}},
+		{Dst: &v.postB, Prefixes: vp, Name: "post_layernorm.bias", DType: f32, Shape: []int{H}},
+		{Dst: &v.projW, Prefixes: projectorPrefixes, Name: "mm_input_projection_weight", DType: act, Shape: []int{H, c.TextHidden}},
 	}
 	v.layers = make([]visionLayer, c.Layers)
 	for i := range v.layers {
@@ -454,40 +405,28 @@ func (v *Vision) upload(st *safetensors.Dir, s mlx.Stream) error {
 			{&l.o, "self_attn.out_proj", H, H}, {&l.fc1, "mlp.fc1", H, c.Intermediate}, {&l.fc2, "mlp.fc2", c.Intermediate, H},
 		} {
 			specs = append(specs,
-				tensorSpec{&lin.dst.w, vp, p + lin.name + ".weight", act, []int{lin.out, lin.in}},
-				tensorSpec{&lin.dst.b, vp, p + lin.name + ".bias", act, []int{lin.out}})
+				model.TowerTensor{Dst: &lin.dst.w, Prefixes: vp, Name: p + lin.name + ".weight", DType: act, Shape: []int{lin.out, lin.in}},
+				model.TowerTensor{Dst: &lin.dst.b, Prefixes: vp, Name: p + lin.name + ".bias", DType: act, Shape: []int{lin.out}})
 		}
-		specs = append(specs,
-			tensorSpec{&l.ln1W, vp, p + "layer_norm1.weight", f32, []int{H}},
-			tensorSpec{&l.ln1B, vp, p + "layer_norm1.bias", f32, []int{H}},
-			tensorSpec{&l.ln2W, vp, p + "layer_norm2.weight", f32, []int{H}},
-			tensorSpec{&l.ln2B, vp, p + "layer_norm2.bias", f32, []int{H}})
+		for _, ln := range []struct {
+			dst  *mlx.Array
+			name string
+		}{{&l.ln1W, "layer_norm1.weight"}, {&l.ln1B, "layer_norm1.bias"}, {&l.ln2W, "layer_norm2.weight"}, {&l.ln2B, "layer_norm2.bias"}} {
+			specs = append(specs, model.TowerTensor{Dst: ln.dst, Prefixes: vp, Name: p + ln.name, DType: f32, Shape: []int{H}})
+		}
 	}
-	for _, sp := range specs {
-		if err := get(sp.dst, sp.pre, sp.name, sp.dt, nil, sp.shape...); err != nil {
-			return err
-		}
+	if err := t.GetAll(specs); err != nil {
+		return err
 	}
 	plusOne := func(f *mlx.Frame, a mlx.Array) mlx.Array { return f.Add(a, f.Scalar(1)) }
-	return get(&v.softNorm, projectorPrefixes, "mm_soft_emb_norm.weight", f32, plusOne, H)
-}
-
-// tensorSpec names a checkpoint tensor, the dtype it is uploaded in and
-// the shape it must have.
-type tensorSpec struct {
-	dst   *mlx.Array
-	pre   []string
-	name  string
-	dt    mlx.Dtype
-	shape []int
+	return t.Get(model.TowerTensor{Dst: &v.softNorm, Prefixes: projectorPrefixes, Name: "mm_soft_emb_norm.weight", DType: f32, Shape: []int{H}}, plusOne)
 }
 
 // Free releases the device weights.
 func (v *Vision) Free() {
-	for _, a := range v.owned {
-		a.Free()
+	if v.tensors != nil {
+		v.tensors.Free()
 	}
-	v.owned = nil
 }
 
 // Preprocess is v.Processor.Preprocess.

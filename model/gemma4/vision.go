@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 
 	"github.com/goprovider/provider/media"
 	"github.com/goprovider/provider/mlx"
@@ -396,7 +395,7 @@ type Vision struct {
 	layers           []visionLayer
 	stdBias, stdScal mlx.Array // float32
 	embedProj        mlx.Array // [text hidden, hidden]
-	owned            []*mlx.Array
+	tensors          *model.TowerTensors
 }
 
 // Where checkpoints keep the tower and the embedder: transformers' names,
@@ -405,8 +404,6 @@ var (
 	towerPrefixes    = []string{"model.vision_tower.", "vision_tower."}
 	embedderPrefixes = []string{"model.embed_vision.", "embed_vision."}
 )
-
-var stDTypes = map[string]mlx.Dtype{"F32": mlx.Float32, "F16": mlx.Float16, "BF16": mlx.BFloat16}
 
 // LoadVision reads the vision tower and embedder of the Gemma 4 multimodal
 // checkpoint in dir (config.json; processor_config.json, else
@@ -455,77 +452,18 @@ func LoadVision(dir string, s mlx.Stream, act mlx.Dtype) (*Vision, error) {
 
 func (v *Vision) upload(st *safetensors.Dir, s mlx.Stream) error {
 	c := v.Config
-	// get uploads one tensor, checked against shape, as dtype dt; slice,
-	// when set, keeps that row of its first axis.
-	get := func(dst *mlx.Array, prefixes []string, name string, dt mlx.Dtype, slice int, shape ...int) error {
-		var (
-			file *safetensors.File
-			info safetensors.TensorInfo
-			ok   bool
-		)
-		for _, p := range prefixes {
-			if file, info, ok = st.Lookup(p + name); ok {
-				if _, _, q := st.Lookup(strings.TrimSuffix(p+name, ".weight") + ".scales"); q {
-					return fmt.Errorf("%w: quantized %s", model.ErrUnsupportedType, p+name)
-				}
-				break
-			}
-		}
-		if !ok {
-			return fmt.Errorf("%w: %s%s", model.ErrMissingTensor, prefixes[0], name)
-		}
-		src, known := stDTypes[info.DType]
-		if !known {
-			return fmt.Errorf("%w: %s is %s", model.ErrUnsupportedType, info.Name, info.DType)
-		}
-		if !slices.Equal(info.Shape, shape) {
-			return fmt.Errorf("%w: %s is %v, want %v", model.ErrBadConfig, info.Name, info.Shape, shape)
-		}
-		data, err := file.Data(info)
-		if err != nil {
-			return err
-		}
-		a, err := mlx.FromBytes(data, src, info.Shape...)
-		if err != nil {
-			return err
-		}
-		defer a.Free()
-		f := mlx.NewFrame(s)
-		defer f.Free()
-		out := f.AsType(a, dt)
-		if slice >= 0 {
-			out = f.Reshape(f.Slice(out, []int{slice, 0, 0}, []int{slice + 1, shape[1], shape[2]}), shape[1], shape[2])
-		}
-		out = f.Contiguous(out)
-		if err := f.Eval(out); err != nil {
-			return fmt.Errorf("%s: %w", info.Name, err)
-		}
-		*dst = f.Keep(out)
-		v.owned = append(v.owned, dst)
-		return nil
-	}
+	v.tensors = model.NewTowerTensors(st, s)
 	H, act, f32 := c.Hidden, v.act, mlx.Float32
 	tp := towerPrefixes
-	whole := -1
-	type spec struct {
-		dst   *mlx.Array
-		pre   []string
-		name  string
-		dt    mlx.Dtype
-		slice int
-		shape []int
-	}
-	table := []int{2, c.PositionSize, H}
-	specs := []spec{
-		{&v.inputProj, tp, "patch_embedder.input_proj.weight", act, whole, []int{H, 3 * c.PatchSize * c.PatchSize}},
-		{&v.posX, tp, "patch_embedder.position_embedding_table", act, 0, table},
-		{&v.posY, tp, "patch_embedder.position_embedding_table", act, 1, table},
-		{&v.embedProj, embedderPrefixes, "embedding_projection.weight", act, whole, []int{c.TextHidden, H}},
+	type tensor = model.TowerTensor
+	specs := []tensor{
+		{Dst: &v.inputProj, Prefixes: tp, Name: "patch_embedder.input_proj.weight", DType: act, Shape: []int{H, 3 * c.PatchSize * c.PatchSize}},
+		{Dst: &v.embedProj, Prefixes: embedderPrefixes, Name: "embedding_projection.weight", DType: act, Shape: []int{c.TextHidden, H}},
 	}
 	if c.Standardize {
 		specs = append(specs,
-			spec{&v.stdBias, tp, "std_bias", f32, whole, []int{H}},
-			spec{&v.stdScal, tp, "std_scale", f32, whole, []int{H}})
+			tensor{Dst: &v.stdBias, Prefixes: tp, Name: "std_bias", DType: f32, Shape: []int{H}},
+			tensor{Dst: &v.stdScal, Prefixes: tp, Name: "std_scale", DType: f32, Shape: []int{H}})
 	}
 	q, kv := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
 	v.layers = make([]visionLayer, c.Layers)
@@ -541,13 +479,13 @@ func (v *Vision) upload(st *safetensors.Dir, s mlx.Stream) error {
 			{&l.o, "self_attn.o_proj", q, H}, {&l.gate, "mlp.gate_proj", H, c.Intermediate},
 			{&l.up, "mlp.up_proj", H, c.Intermediate}, {&l.down, "mlp.down_proj", c.Intermediate, H},
 		} {
-			specs = append(specs, spec{&lin.dst.w, tp, p + lin.name + ".linear.weight", act, whole, []int{lin.out, lin.in}})
+			specs = append(specs, tensor{Dst: &lin.dst.w, Prefixes: tp, Name: p + lin.name + ".linear.weight", DType: act, Shape: []int{lin.out, lin.in}})
 			if c.Clipped {
 				for _, b := range []struct {
 					dst  *mlx.Array
 					name string
 				}{{&lin.dst.inLo, "input_min"}, {&lin.dst.inHi, "input_max"}, {&lin.dst.outLo, "output_min"}, {&lin.dst.outHi, "output_max"}} {
-					specs = append(specs, spec{b.dst, tp, p + lin.name + "." + b.name, act, whole, []int{}})
+					specs = append(specs, tensor{Dst: b.dst, Prefixes: tp, Name: p + lin.name + "." + b.name, DType: act, Shape: []int{}})
 				}
 			}
 		}
@@ -560,11 +498,20 @@ func (v *Vision) upload(st *safetensors.Dir, s mlx.Stream) error {
 			{&l.preFFNorm, "pre_feedforward_layernorm", H}, {&l.postFFNorm, "post_feedforward_layernorm", H},
 			{&l.qNorm, "self_attn.q_norm", c.HeadDim}, {&l.kNorm, "self_attn.k_norm", c.HeadDim},
 		} {
-			specs = append(specs, spec{n.dst, tp, p + n.name + ".weight", act, whole, []int{n.dim}})
+			specs = append(specs, tensor{Dst: n.dst, Prefixes: tp, Name: p + n.name + ".weight", DType: act, Shape: []int{n.dim}})
 		}
 	}
-	for _, sp := range specs {
-		if err := get(sp.dst, sp.pre, sp.name, sp.dt, sp.slice, sp.shape...); err != nil {
+	if err := v.tensors.GetAll(specs); err != nil {
+		return err
+	}
+	// One table of [2, positions, hidden]: row 0 embeds columns, row 1 rows.
+	table := tensor{Prefixes: tp, Name: "patch_embedder.position_embedding_table", DType: act, Shape: []int{2, c.PositionSize, H}}
+	for axis, dst := range []*mlx.Array{&v.posX, &v.posY} {
+		row := func(f *mlx.Frame, a mlx.Array) mlx.Array {
+			return f.Reshape(f.Slice(a, []int{axis, 0, 0}, []int{axis + 1, c.PositionSize, H}), c.PositionSize, H)
+		}
+		table.Dst = dst
+		if err := v.tensors.Get(table, row); err != nil {
 			return err
 		}
 	}
@@ -573,10 +520,9 @@ func (v *Vision) upload(st *safetensors.Dir, s mlx.Stream) error {
 
 // Free releases the device weights.
 func (v *Vision) Free() {
-	for _, a := range v.owned {
-		a.Free()
+	if v.tensors != nil {
+		v.tensors.Free()
 	}
-	v.owned = nil
 }
 
 // Preprocess is v.Processor.Preprocess.

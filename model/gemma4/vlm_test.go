@@ -153,6 +153,26 @@ func (x *tinyVLM) run(t *testing.T, st *model.Stepper, ids []int32, spans []kvpo
 	return out
 }
 
+// chunkEnds cuts a prompt of n tokens into chunks of up to every tokens,
+// never inside a span: a chunk that reaches an image's run takes all of it
+// and ends with it.
+func chunkEnds(n, every int, spans []kvpool.Span) []int {
+	var cuts []int
+	from := 0
+	for pos := 1; pos <= n; pos++ {
+		inside, runEnd := false, false
+		for _, sp := range spans {
+			inside = inside || (pos > sp.Start && pos < sp.End)
+			runEnd = runEnd || pos == sp.End
+		}
+		if !inside && (pos-from >= every || pos == n || runEnd) {
+			cuts = append(cuts, pos)
+			from = pos
+		}
+	}
+	return cuts
+}
+
 // TestVLMLogits checks the language model reading soft tokens against the
 // reference logits, for a text-only prompt, one image (with the
 // checkpoint's bidirectional image blocks and with every layer causal) and
@@ -212,20 +232,7 @@ func TestVLMLogits(t *testing.T) {
 				t.Errorf("greedy token %d, reference %d", got, c.LastArgmax)
 			}
 
-			// Chunks of up to 5 tokens; an image's run goes in one chunk
-			// with what precedes it in the current chunk.
-			var cuts []int
-			from := 0
-			for pos := 1; pos <= len(ids); pos++ {
-				inside := false
-				for _, sp := range spans {
-					inside = inside || (pos > sp.Start && pos < sp.End)
-				}
-				if !inside && (pos-from >= 5 || pos == len(ids) || pos > 1 && ids[pos-1] == x.v.Config.ImageToken) {
-					cuts = append(cuts, pos)
-					from = pos
-				}
-			}
+			cuts := chunkEnds(len(ids), 5, spans)
 			worst := 0.0
 			for i, logits := range x.run(t, st, ids, spans, embeds, cuts) {
 				pos := cuts[i] - 1
@@ -263,16 +270,7 @@ func TestVLMEveryPosition(t *testing.T) {
 		spans = append(spans, kvpool.Span{Start: sp[0], End: sp[1]})
 		embeds = append(embeds, kvpool.Embed{Pos: sp[0], Rows: sp[1] - sp[0], Data: x.soft(t, fx, c.Images[i])})
 	}
-	var cuts []int
-	for pos := 1; pos <= len(c.IDs); pos++ {
-		inside := false
-		for _, sp := range spans {
-			inside = inside || (pos > sp.Start && pos < sp.End)
-		}
-		if !inside {
-			cuts = append(cuts, pos)
-		}
-	}
+	cuts := chunkEnds(len(c.IDs), 1, spans)
 	worst := 0.0
 	for i, logits := range x.run(t, x.st, c.IDs, spans, embeds, cuts) {
 		pos := cuts[i] - 1
