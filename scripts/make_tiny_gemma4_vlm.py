@@ -91,6 +91,15 @@ Gemma4ForConditionalGeneration, computed with mlx-vlm's decoder layers:
                 of placeholders), transformers' create_masks_for_vision_model
                 for use_bidirectional_attention "vision"
 
+video is [video0, "What happens?"]: two 64x48 frames 70 s apart (raw RGB
+in video0.rgb), through mlx-vlm's Gemma4VideoProcessor (each frame resized,
+rescaled and cut as an image under the video budget, here also 70; PIL
+bicubic, where transformers' own video processor resizes with torchvision)
+and the tower, expanded as the processor writes a video: per frame its
+mm:ss timestamp, a space, <|image>, n x <|video|>, <image|>, the frames
+joined by spaces. Each frame's run is its own block in the masks, and the
+video placeholders are looked up as the pad token like the images'.
+
 one_image_causal is one_image with every layer causal: what transformers
 computes when use_bidirectional_attention is unset (the published small
 models, going by transformers' comments).
@@ -140,7 +149,7 @@ from transformers.models.gemma4.image_processing_pil_gemma4 import (
 )
 
 from mlx_vlm.models import gemma4
-from mlx_vlm.models.gemma4.processing_gemma4 import Gemma4ImageProcessor, Gemma4Processor
+from mlx_vlm.models.gemma4.processing_gemma4 import Gemma4ImageProcessor, Gemma4Processor, Gemma4VideoProcessor
 from mlx_vlm.utils import load_model
 
 # The images and the file writers are the Gemma 3 fixture's.
@@ -289,6 +298,9 @@ PIECES = ["▁", "\n\n", "\n", "t", "h", "th", "▁th"]  # ids 280..286
 MERGES = [["\n", "\n"], ["t", "h"], ["▁", "th"]]
 
 IMAGE = {"type": "image"}
+VIDEO = {"type": "video"}
+# Frames 70 s apart: their timestamps read 00:00 and 01:10.
+VIDEO_FPS = 1 / 70
 
 
 def text_part(s):
@@ -520,12 +532,12 @@ def expand(rendered, counts):
     return out
 
 
-def soft_token_spans(ids, counts):
+def soft_token_spans(ids, counts, token=IMAGE_TOKEN):
     spans, start = [], None
     for i, t in enumerate(ids + [None]):
-        if t == IMAGE_TOKEN and start is None:
+        if t == token and start is None:
             start = i
-        elif t != IMAGE_TOKEN and start is not None:
+        elif t != token and start is not None:
             spans.append([start, i])
             start = None
     if [e - s for s, e in spans] != counts or any(ids[s - 1] != BOI or ids[e] != EOI for s, e in spans):
@@ -545,6 +557,73 @@ def check_against_processor(hf_tok, rendered, pil_images, ids, spans):
     got = np.array(out["input_ids"][0]).tolist()
     if got != ids or not np.array_equal(np.array(out["mm_token_type_ids"][0]), types):
         raise SystemExit(f"mlx-vlm's Gemma4Processor tokenizes the chat differently:\n{got}\n{ids}")
+
+
+# ---- video -----------------------------------------------------------------
+
+
+def make_video():
+    """Two deterministic 64x48 RGB frames, uint8 [t, h, w, 3]: a square
+    that moves and changes colour over a shifting pattern."""
+    h, w = 48, 64
+    y, x = np.mgrid[0:h, 0:w]
+    frames = []
+    for t in range(2):
+        f = np.stack([(x * 4 + t * 60) % 256, (y * 5) % 256, np.full_like(x, 40 + 100 * t)], axis=-1)
+        f[10 + 8 * t:26 + 8 * t, 12 + 20 * t:28 + 20 * t] = [250, 250 - 200 * t, 30]
+        frames.append(f)
+    return np.stack(frames).astype(np.uint8)
+
+
+def video_processor_kwargs():
+    return {k: v for k, v in PROCESSOR["video_processor"].items() if k != "video_processor_type"}
+
+
+def video_reference(model, frames, checks):
+    """mlx-vlm's video processor and tower on the frames: per frame its
+    soft tokens, the soft-token count and the timestamps."""
+    out = Gemma4VideoProcessor(**video_processor_kwargs())([frames.transpose(0, 3, 1, 2)], fps=VIDEO_FPS)
+    pv, pos = np.asarray(out["pixel_values_videos"][0]), np.asarray(out["video_position_ids"][0])
+    n, stamps = out["num_soft_tokens_per_frame"][0], out["frame_timestamps"][0]
+    soft, worst = [], 0.0
+    for t, frame in enumerate(frames):
+        real = (pos[t] != -1).all(axis=-1)
+        # A frame is preprocessed as an image under the same budget: check
+        # against transformers' image processor.
+        patches, positions, count = preprocess(Image.fromarray(frame))
+        if count != n or not np.array_equal(positions, pos[t][real]):
+            raise SystemExit(f"frame {t}: the video processor's grid is not the image processor's")
+        worst = max(worst, max_diff(pv[t][real], patches))
+        soft.append(tower(model, pv[t][real], pos[t][real])[2])
+    checks["video_frames_vs_image_processor_max_abs_diff"] = worst
+    native = model.embed_vision(model.vision_tower(mx.array(pv), mx.array(pos.astype(np.int32))))
+    mx.eval(native)
+    checks["video_tower_padded_frames_max_abs_diff"] = max_diff(np.array(native[0]), np.concatenate(soft))
+    if worst > 1e-6 or checks["video_tower_padded_frames_max_abs_diff"] > 1e-5:
+        raise SystemExit(f"video: the processors or the tower's entry points disagree: {checks}")
+    return np.stack(soft), n, stamps
+
+
+def expand_video(rendered, n, stamps):
+    """Gemma4Processor's expansion of the one <|video|>: per frame its
+    mm:ss timestamp, a space and its run, the frames joined by spaces."""
+    parts = rendered.split("<|video|>")
+    if len(parts) != 2:
+        raise SystemExit(f"{len(parts) - 1} video markers")
+    frames = [f"{int(t // 60):02d}:{int(t % 60):02d} <|image>" + "<|video|>" * n + "<image|>" for t in stamps]
+    return parts[0] + " ".join(frames) + parts[1]
+
+
+def check_video_against_processor(hf_tok, rendered, frames, ids, spans):
+    proc = Gemma4Processor(image_processor=Gemma4ImageProcessor(**image_processor_kwargs()), tokenizer=hf_tok,
+                           video_processor=Gemma4VideoProcessor(**video_processor_kwargs()), image_seq_length=BUDGET)
+    out = proc(text=rendered, videos=[frames.transpose(0, 3, 1, 2)], fps=VIDEO_FPS, add_special_tokens=False)
+    types = np.zeros(len(ids), dtype=np.int64)
+    for s, e in spans:
+        types[s:e] = 2
+    got = np.array(out["input_ids"][0]).tolist()
+    if got != ids or not np.array_equal(np.array(out["mm_token_type_ids"][0]), types):
+        raise SystemExit(f"mlx-vlm's Gemma4Processor tokenizes the video chat differently:\n{got}\n{ids}")
 
 
 # ---- language model --------------------------------------------------------
@@ -728,6 +807,28 @@ def main():
             })
             results[case] = logits
 
+    frames = make_video()
+    frames.tofile(d / "video0.rgb")
+    video_soft, per_frame, stamps = video_reference(model, frames, checks)
+    tensors["video_soft_tokens_0"] = ("video_soft_tokens_0.f32", video_soft)
+    rendered = render(hf_tok, [VIDEO, text_part("What happens?")])
+    prompt = expand_video(rendered, per_frame, stamps)
+    ids = tok.encode(prompt, add_special_tokens=False).ids
+    spans = soft_token_spans(ids, [per_frame] * len(frames), VIDEO_TOKEN)
+    check_video_against_processor(hf_tok, rendered, frames, ids, spans)
+    logits = lm_logits(lm, ids, spans, list(video_soft))
+    last = int(np.argmax(logits[-1]))
+    cases.append({
+        "name": "video", "prompt": prompt, "ids": ids, "images": [], "video": 0, "spans": spans,
+        "bidirectional": True,
+        "logits": {"file": "logits_video.f32", "shape": f32(d / "logits_video.f32", logits), "dtype": "float32-le"},
+        "last_argmax": last, "last_argmax_token": tok.id_to_token(last),
+    })
+    results["video"] = logits
+    videos = [{"file": "video0.rgb", "frames": len(frames), "width": frames.shape[2], "height": frames.shape[1],
+               "layout": "rgb8, frames of rows, row-major", "fps": VIDEO_FPS, "timestamps": stamps,
+               "tokens_per_frame": per_frame}]
+
     ids, _ = prompts["text_only"]
     checks["text_only_vs_mlx_vlm_forward_max_abs_diff"] = max_diff(results["text_only"], np.array(lm(mx.array([ids])).logits[0]))
     ids, spans = prompts["one_image"]
@@ -762,6 +863,7 @@ def main():
         },
         "seed": SEED,
         "images": image_meta,
+        "videos": videos,
         "tensors": {k: {"file": f, "shape": f32(d / f, a), "dtype": "float32-le"} for k, (f, a) in tensors.items()},
         "notes": {
             "pixel_values_N": "image N's patches as transformers' processor gives them, padding dropped: "

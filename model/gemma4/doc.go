@@ -73,7 +73,11 @@
 // clipped) run over them; pooling averages 3x3 blocks, scales by
 // sqrt(hidden) and optionally standardizes; the embedder (RMSNorm without
 // scale, a projection) gives the soft tokens. The prompt holds
-// <|image>, Tokens(w, h) placeholders, <image|> per image.
+// <|image>, Tokens(w, h) placeholders, <image|> per image. A video's
+// sampled frames go through the same tower, each preprocessed as an image
+// under the video budget (Frames, 70 tokens by default); the prompt holds,
+// per frame, its FrameStamp, a space, <|image>, its video placeholders,
+// <image|>, the frames joined by spaces.
 //
 // Forward reads soft tokens as transformers' Gemma4Model does: every
 // multimodal placeholder is looked up as the pad token in both embedding

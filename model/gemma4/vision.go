@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/goprovider/provider/media"
 	"github.com/goprovider/provider/mlx"
@@ -33,9 +34,10 @@ type VisionConfig struct {
 	// Standardize: the pooled vectors become (x - std_bias) * std_scale.
 	Standardize bool
 	TextHidden  int
-	// ImageToken is the placeholder each soft token replaces; StartOfImage
-	// and EndOfImage bracket an image's run of them.
-	ImageToken, StartOfImage, EndOfImage int32
+	// ImageToken is the placeholder each soft token of an image replaces,
+	// VideoToken each of a video frame; StartOfImage and EndOfImage
+	// bracket an image's or a frame's run of them.
+	ImageToken, VideoToken, StartOfImage, EndOfImage int32
 }
 
 // hfVision is the subset of a Gemma 4 config.json the vision side reads,
@@ -43,6 +45,7 @@ type VisionConfig struct {
 type hfVision struct {
 	ModelType    string `json:"model_type"`
 	ImageTokenID int32  `json:"image_token_id"`
+	VideoTokenID int32  `json:"video_token_id"`
 	BOITokenID   int32  `json:"boi_token_id"`
 	EOITokenID   int32  `json:"eoi_token_id"`
 	TextConfig   struct {
@@ -76,7 +79,7 @@ type hfVision struct {
 // and Gemma4Config defaults.
 func ReadVisionConfig(data []byte) (VisionConfig, error) {
 	var h hfVision
-	h.ImageTokenID, h.BOITokenID, h.EOITokenID = 258880, 255999, 258882
+	h.ImageTokenID, h.VideoTokenID, h.BOITokenID, h.EOITokenID = 258880, 258884, 255999, 258882
 	if err := json.Unmarshal(data, &h); err != nil {
 		return VisionConfig{}, fmt.Errorf("gemma4 vision: %w: config.json: %w", model.ErrBadConfig, err)
 	}
@@ -121,7 +124,7 @@ func ReadVisionConfig(data []byte) (VisionConfig, error) {
 		PatchSize: vc.PatchSize, Pooling: vc.PoolingKernelSize, PositionSize: vc.PositionEmbedding,
 		NormEps: float32(vc.RMSNormEps), RoPEBase: float32(vc.RopeParameters.RopeTheta),
 		Clipped: vc.UseClippedLinears, Standardize: vc.Standardize, TextHidden: h.TextConfig.HiddenSize,
-		ImageToken: h.ImageTokenID, StartOfImage: h.BOITokenID, EndOfImage: h.EOITokenID,
+		ImageToken: h.ImageTokenID, VideoToken: h.VideoTokenID, StartOfImage: h.BOITokenID, EndOfImage: h.EOITokenID,
 	}
 	return c, c.validate()
 }
@@ -182,22 +185,44 @@ type hfImageProcessor struct {
 // normalization, a budget of 280), patch and pooling sizes the tower's.
 // data may be nil (no file): all defaults.
 func ReadImageProcessor(data []byte, c VisionConfig) (ImageProcessor, error) {
+	return readProcessor(data, c, false)
+}
+
+// ReadVideoProcessor parses processor_config.json's video_processor
+// object: each sampled frame is preprocessed as an image under its budget
+// (Gemma4VideoProcessor's default 70). data may be nil (no file), or have
+// no video_processor: all defaults.
+func ReadVideoProcessor(data []byte, c VisionConfig) (ImageProcessor, error) {
+	return readProcessor(data, c, true)
+}
+
+func readProcessor(data []byte, c VisionConfig, video bool) (ImageProcessor, error) {
 	p := ImageProcessor{
 		PatchSize: c.PatchSize, Pooling: c.Pooling, MaxSoftTokens: 280, Resample: media.Bicubic,
 		DoResize: true, DoRescale: true, Rescale: 1.0 / 255, Std: [3]float32{1, 1, 1},
+	}
+	if video {
+		p.MaxSoftTokens = 70
 	}
 	var h hfImageProcessor
 	if data != nil {
 		var nested struct {
 			ImageProcessor *hfImageProcessor `json:"image_processor"`
+			VideoProcessor *hfImageProcessor `json:"video_processor"`
 		}
 		if err := json.Unmarshal(data, &nested); err != nil {
 			return p, fmt.Errorf("gemma4 vision: %w: processor config: %w", model.ErrBadConfig, err)
 		}
-		if nested.ImageProcessor != nil {
+		switch {
+		case video && nested.VideoProcessor != nil:
+			h = *nested.VideoProcessor
+		case video:
+		case nested.ImageProcessor != nil:
 			h = *nested.ImageProcessor
-		} else if err := json.Unmarshal(data, &h); err != nil {
-			return p, fmt.Errorf("gemma4 vision: %w: processor config: %w", model.ErrBadConfig, err)
+		default:
+			if err := json.Unmarshal(data, &h); err != nil {
+				return p, fmt.Errorf("gemma4 vision: %w: processor config: %w", model.ErrBadConfig, err)
+			}
 		}
 	}
 	for _, b := range []struct{ dst, src *bool }{
@@ -388,6 +413,8 @@ type visionLayer struct {
 type Vision struct {
 	Config    VisionConfig
 	Processor ImageProcessor
+	// Frames preprocesses a video's sampled frames.
+	Frames ImageProcessor
 
 	act              mlx.Dtype
 	inputProj        mlx.Array // [hidden, patch*patch*3]
@@ -434,6 +461,10 @@ func LoadVision(dir string, s mlx.Stream, act mlx.Dtype) (*Vision, error) {
 	if err != nil {
 		return nil, err
 	}
+	frames, err := ReadVideoProcessor(pre, cfg)
+	if err != nil {
+		return nil, err
+	}
 	if act != mlx.Float32 && act != mlx.Float16 && act != mlx.BFloat16 {
 		return nil, fmt.Errorf("gemma4 vision: %w: activations in %v", model.ErrUnsupportedType, act)
 	}
@@ -442,7 +473,7 @@ func LoadVision(dir string, s mlx.Stream, act mlx.Dtype) (*Vision, error) {
 		return nil, fmt.Errorf("gemma4 vision: %w", err)
 	}
 	defer st.Close()
-	v := &Vision{Config: cfg, Processor: proc, act: act}
+	v := &Vision{Config: cfg, Processor: proc, Frames: frames, act: act}
 	if err := v.upload(st, s); err != nil {
 		v.Free()
 		return nil, fmt.Errorf("gemma4 vision: %s: %w", dir, err)
@@ -532,6 +563,14 @@ func (v *Vision) Preprocess(rgb []uint8, w, h int) (Patches, error) {
 
 // Tokens is v.Processor.Tokens: the soft tokens of a w x h image.
 func (v *Vision) Tokens(w, h int) int { return v.Processor.Tokens(w, h) }
+
+// FrameStamp is a frame's time from the start of its video as the
+// processor writes it before the frame's run: minutes and seconds, both
+// truncated, at least two digits each ("01:10").
+func FrameStamp(at time.Duration) string {
+	secs := at.Seconds()
+	return fmt.Sprintf("%02d:%02d", int(math.Floor(secs/60)), int(math.Mod(secs, 60)))
+}
 
 // Encode turns one preprocessed image into its soft tokens, [tokens, text
 // hidden] in the activation dtype, tokens row-major over the pooled grid.

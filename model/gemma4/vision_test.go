@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/goprovider/provider/media"
 	"github.com/goprovider/provider/mlx"
@@ -32,7 +33,14 @@ type vlmImage struct {
 }
 
 type vlmFixture struct {
-	Images  []vlmImage `json:"images"`
+	Images []vlmImage `json:"images"`
+	Videos []struct {
+		File           string `json:"file"`
+		Frames         int    `json:"frames"`
+		Width, Height  int
+		Timestamps     []float64 `json:"timestamps"`
+		TokensPerFrame int       `json:"tokens_per_frame"`
+	} `json:"videos"`
 	Tensors map[string]struct {
 		File  string `json:"file"`
 		Shape []int  `json:"shape"`
@@ -52,8 +60,8 @@ func readVLMFixture(t *testing.T) *vlmFixture {
 	if err := json.Unmarshal(raw, &fx); err != nil {
 		t.Fatal(err)
 	}
-	if len(fx.Images) != 2 || len(fx.Cases) == 0 {
-		t.Fatalf("fixture.json has %d images and %d cases", len(fx.Images), len(fx.Cases))
+	if len(fx.Images) != 2 || len(fx.Videos) != 1 || len(fx.Cases) == 0 {
+		t.Fatalf("fixture.json has %d images, %d videos and %d cases", len(fx.Images), len(fx.Videos), len(fx.Cases))
 	}
 	return &fx
 }
@@ -87,6 +95,21 @@ func (fx *vlmFixture) image(t *testing.T, i int) ([]uint8, int, int) {
 	return rgb, im.Width, im.Height
 }
 
+// frame reads frame i of the fixture's video, raw RGB bytes.
+func (fx *vlmFixture) frame(t *testing.T, i int) ([]uint8, int, int) {
+	t.Helper()
+	v := fx.Videos[0]
+	raw, err := os.ReadFile(filepath.Join(vlmDir, v.File))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := v.Width * v.Height * 3
+	if len(raw) != v.Frames*n || i >= v.Frames {
+		t.Fatalf("%s: %d bytes for %d frames of %dx%d", v.File, len(raw), v.Frames, v.Width, v.Height)
+	}
+	return raw[i*n : (i+1)*n], v.Width, v.Height
+}
+
 func readVisionFiles(t *testing.T) (VisionConfig, ImageProcessor) {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(vlmDir, "config.json"))
@@ -113,7 +136,7 @@ func TestVisionConfig(t *testing.T) {
 	want := VisionConfig{
 		Hidden: 32, Intermediate: 64, Layers: 2, Heads: 2, KVHeads: 2, HeadDim: 16, PatchSize: 4, Pooling: 3,
 		PositionSize: 64, NormEps: 1e-6, RoPEBase: 100, Clipped: true, Standardize: true, TextHidden: 32,
-		ImageToken: 262, StartOfImage: 260, EndOfImage: 261,
+		ImageToken: 262, VideoToken: 266, StartOfImage: 260, EndOfImage: 261,
 	}
 	if cfg != want {
 		t.Errorf("config %+v, want %+v", cfg, want)
@@ -136,6 +159,9 @@ func TestVisionConfig(t *testing.T) {
 	if err != nil || dp.MaxSoftTokens != 280 || dp.Resample != media.Bicubic || dp.DoNormalize {
 		t.Errorf("default processor %+v, %v", dp, err)
 	}
+	if vp, err := ReadVideoProcessor(nil, def); err != nil || vp.MaxSoftTokens != 70 {
+		t.Errorf("default video processor %+v, %v", vp, err)
+	}
 	for _, bad := range []string{
 		`{"model_type": "gemma4_text"}`,
 		`{"model_type": "gemma4", "vision_config": {"hidden_activation": "relu"}}`,
@@ -148,6 +174,20 @@ func TestVisionConfig(t *testing.T) {
 	for _, bad := range []string{`{"image_processor": {"max_soft_tokens": 100}}`, `{"patch_size": 14}`, `{"resample": 1}`} {
 		if _, err := ReadImageProcessor([]byte(bad), cfg); err == nil {
 			t.Errorf("processor %s accepted", bad)
+		}
+	}
+}
+
+func TestFrameStamp(t *testing.T) {
+	for _, c := range []struct {
+		at   time.Duration
+		want string
+	}{
+		{0, "00:00"}, {time.Second / 2, "00:00"}, {59900 * time.Millisecond, "00:59"}, {70 * time.Second, "01:10"},
+		{3599 * time.Second, "59:59"}, {6001 * time.Second, "100:01"},
+	} {
+		if got := FrameStamp(c.at); got != c.want {
+			t.Errorf("FrameStamp(%v) = %q, want %q", c.at, got, c.want)
 		}
 	}
 }

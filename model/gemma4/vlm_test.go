@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/goprovider/provider/kvpool"
 	"github.com/goprovider/provider/mlx"
@@ -26,6 +28,7 @@ type vlmCase struct {
 	Prompt        string  `json:"prompt"`
 	IDs           []int32 `json:"ids"`
 	Images        []int   `json:"images"`
+	Video         *int    `json:"video"`
 	Spans         [][2]int
 	Bidirectional bool `json:"bidirectional"`
 	Logits        struct {
@@ -125,6 +128,28 @@ func (x *tinyVLM) soft(t *testing.T, fx *vlmFixture, i int) []float32 {
 	return out
 }
 
+// frameSoft runs our frame preprocessing, tower and embedder on frame i of
+// the fixture's video.
+func (x *tinyVLM) frameSoft(t *testing.T, fx *vlmFixture, i int) []float32 {
+	t.Helper()
+	rgb, w, h := fx.frame(t, i)
+	p, err := x.v.Frames.Preprocess(rgb, w, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []float32
+	x.th.Do(func() {
+		f := mlx.NewFrame(x.s)
+		defer f.Free()
+		out = f.ToFloat32s(x.v.Encode(f, p))
+		err = f.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // run feeds ids to a fresh sequence of st in chunks ending at cuts (the
 // last cut is len(ids)) and returns the logits at each chunk's last token.
 func (x *tinyVLM) run(t *testing.T, st *model.Stepper, ids []int32, spans []kvpool.Span, embeds []kvpool.Embed, cuts []int) [][]float32 {
@@ -200,12 +225,14 @@ func TestVLMLogits(t *testing.T) {
 			if !c.Bidirectional {
 				st = x.causal
 			}
-			if len(c.Spans) != len(c.Images) {
-				t.Fatalf("%d spans for %d images", len(c.Spans), len(c.Images))
-			}
 			var spans []kvpool.Span
 			var embeds []kvpool.Embed
-			for i, sp := range c.Spans {
+			if c.Video != nil {
+				spans, embeds = x.videoSpans(t, fx, c, ids)
+			} else if len(c.Spans) != len(c.Images) {
+				t.Fatalf("%d spans for %d images", len(c.Spans), len(c.Images))
+			}
+			for i, sp := range c.Spans[:len(c.Images)] {
 				img := c.Images[i]
 				if softs[img] == nil {
 					softs[img] = x.soft(t, fx, img)
@@ -242,9 +269,47 @@ func TestVLMLogits(t *testing.T) {
 					t.Errorf("position %d: max |diff| %.3g at %d", pos, d, at)
 				}
 			}
-			t.Logf("%d tokens, %d images: whole prompt last position max |diff| %.3g; %d chunks, worst %.3g", len(ids), len(spans), d, len(cuts), worst)
+			t.Logf("%d tokens, %d media spans: whole prompt last position max |diff| %.3g; %d chunks, worst %.3g", len(ids), len(spans), d, len(cuts), worst)
 		})
 	}
+}
+
+// videoSpans checks the video case's spans (one run of video placeholders
+// per frame, bracketed, after the frame's timestamp) and pairs them with
+// the frames' soft tokens from our preprocessing and tower, which must be
+// the reference's.
+func (x *tinyVLM) videoSpans(t *testing.T, fx *vlmFixture, c vlmCase, ids []int32) ([]kvpool.Span, []kvpool.Embed) {
+	t.Helper()
+	v := fx.Videos[*c.Video]
+	want, _ := fx.tensor(t, "video_soft_tokens_0")
+	if len(c.Spans) != v.Frames || len(want) != v.Frames*v.TokensPerFrame*x.m.Config.Hidden {
+		t.Fatalf("%d spans, %d soft values for %d frames", len(c.Spans), len(want), v.Frames)
+	}
+	var spans []kvpool.Span
+	var embeds []kvpool.Embed
+	for i, sp := range c.Spans {
+		if n := sp[1] - sp[0]; n != v.TokensPerFrame || n != x.v.Frames.Tokens(v.Width, v.Height) || ids[sp[0]-1] != x.v.Config.StartOfImage || ids[sp[1]] != x.v.Config.EndOfImage {
+			t.Fatalf("span %v is not frame %d's run", sp, i)
+		}
+		for pos := sp[0]; pos < sp[1]; pos++ {
+			if ids[pos] != x.v.Config.VideoToken {
+				t.Fatalf("span %v holds token %d at %d", sp, ids[pos], pos)
+			}
+		}
+		stamp := FrameStamp(time.Duration(v.Timestamps[i] * float64(time.Second)))
+		if !strings.HasSuffix(x.m.Tokenizer.Decode(ids[:sp[0]-1]), stamp+" ") {
+			t.Errorf("frame %d's run does not follow %q", i, stamp+" ")
+		}
+		soft := x.frameSoft(t, fx, i)
+		d, _ := maxAbsDiff(soft, want[i*len(soft):(i+1)*len(soft)])
+		t.Logf("frame %d: soft tokens max |diff| %.3g", i, d)
+		if d > visionTol {
+			t.Errorf("frame %d: soft tokens differ by %.3g", i, d)
+		}
+		spans = append(spans, kvpool.Span{Start: sp[0], End: sp[1]})
+		embeds = append(embeds, kvpool.Embed{Pos: sp[0], Rows: sp[1] - sp[0], Data: soft})
+	}
+	return spans, embeds
 }
 
 // TestVLMEveryPosition feeds two_images one token at a time outside the
