@@ -76,17 +76,24 @@ func towerTokens(m *model.Model, tower interface{ Close() }, textHidden int, ids
 		tower.Close()
 		return nil, fmt.Errorf("family: %w: soft tokens of %d for a text hidden size of %d", model.ErrBadConfig, textHidden, m.Config.Hidden)
 	}
-	tok := m.Tokenizer
 	names := make([]string, 0, len(ids))
 	for _, id := range ids {
-		name := tok.Token(id)
-		if back, ok := tok.TokenID(name); name == "" || !ok || back != id {
+		name, ok := tokenText(m, id)
+		if !ok {
 			tower.Close()
 			return nil, fmt.Errorf("family: %w: id %d", ErrNoVisionTokens, id)
 		}
 		names = append(names, name)
 	}
 	return names, nil
+}
+
+// tokenText is the vocabulary's text of id when id is a token of its own
+// (present, and the only id of that text).
+func tokenText(m *model.Model, id int32) (string, bool) {
+	name := m.Tokenizer.Token(id)
+	back, ok := m.Tokenizer.TokenID(name)
+	return name, name != "" && ok && back == id
 }
 
 // gemma3Tower is Gemma 3's tower as a stages.Vision.
@@ -139,7 +146,8 @@ func (g *gemma3Tower) free() {
 // gemma4Vision loads Gemma 4's tower. The chat template writes the
 // placeholder token itself for an image part; Gemma4Processor turns each
 // into the start-of-image token, as many placeholders as the image's size
-// gives soft tokens, and the end-of-image token.
+// gives soft tokens, and the end-of-image token. Likewise for a video's
+// placeholder and its frames.
 func gemma4Vision(m *model.Model, th *mlx.Thread, s mlx.Stream) (stages.Vision, error) {
 	var (
 		v   *gemma4.Vision
@@ -156,6 +164,10 @@ func gemma4Vision(m *model.Model, th *mlx.Thread, s mlx.Stream) (stages.Vision, 
 		return nil, err
 	}
 	g.start, g.placeholder, g.end = names[0], names[1], names[2]
+	// A vocabulary without the video placeholder serves images only.
+	if name, ok := tokenText(m, c.VideoToken); ok {
+		g.video = name
+	}
 	return g, nil
 }
 
@@ -165,10 +177,29 @@ type gemma4Tower struct {
 	th                      *mlx.Thread
 	s                       mlx.Stream
 	start, placeholder, end string
+	// video is the video placeholder's text, "" when the vocabulary has
+	// none; the template writes it for a video part too.
+	video string
 }
 
 func (g *gemma4Tower) ImageMarker() string { return g.placeholder }
-func (g *gemma4Tower) Video() bool         { return false }
+func (g *gemma4Tower) Video() bool         { return g.video != "" }
+func (g *gemma4Tower) VideoMarker() string { return g.video }
+
+// VideoPrompt is the video's frames as Gemma4Processor writes them: per
+// frame its timestamp, a space and its run of placeholders (as many as
+// its size gives soft tokens under the video budget), joined by spaces.
+func (g *gemma4Tower) VideoPrompt(frames []media.Frame) string {
+	var b strings.Builder
+	for i, fr := range frames {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		n := g.v.Frames.Tokens(fr.Image.Width, fr.Image.Height)
+		b.WriteString(gemma4.FrameStamp(fr.At) + " " + g.start + strings.Repeat(g.video, n) + g.end)
+	}
+	return b.String()
+}
 
 // ImagePrompt is the image's run: as many placeholders as its size gives
 // soft tokens under the processor's budget.
@@ -179,7 +210,17 @@ func (g *gemma4Tower) ImagePrompt(img *media.Image) string {
 // Encode preprocesses the image on the caller's goroutine, then runs the
 // tower and embedder on the MLX thread and copies the soft tokens out.
 func (g *gemma4Tower) Encode(ctx context.Context, img *media.Image) (stages.MediaItem, error) {
-	p, err := g.v.Preprocess(img.Pix, img.Width, img.Height)
+	return g.encode(ctx, img, g.v.Processor, g.v.Config.ImageToken)
+}
+
+// EncodeFrame is Encode for a video frame: the video budget and
+// placeholder.
+func (g *gemma4Tower) EncodeFrame(ctx context.Context, fr media.Frame) (stages.MediaItem, error) {
+	return g.encode(ctx, fr.Image, g.v.Frames, g.v.Config.VideoToken)
+}
+
+func (g *gemma4Tower) encode(ctx context.Context, img *media.Image, proc gemma4.ImageProcessor, token int32) (stages.MediaItem, error) {
+	p, err := proc.Preprocess(img.Pix, img.Width, img.Height)
 	if err != nil {
 		return stages.MediaItem{}, err
 	}
@@ -197,7 +238,7 @@ func (g *gemma4Tower) Encode(ctx context.Context, img *media.Image) (stages.Medi
 		return stages.MediaItem{}, err
 	}
 	n := len(soft) / g.v.Config.TextHidden
-	return stages.MediaItem{Token: g.v.Config.ImageToken, Count: n, Hash: img.Hash, Embeds: soft}, nil
+	return stages.MediaItem{Token: token, Count: n, Hash: img.Hash, Embeds: soft}, nil
 }
 
 // Close releases the tower's weights; call it once no request uses it.
@@ -209,3 +250,5 @@ func (g *gemma4Tower) Close() {
 		}
 	})
 }
+
+var _ stages.VideoVision = (*gemma4Tower)(nil)

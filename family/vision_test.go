@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/goprovider/provider/jinja"
 	"github.com/goprovider/provider/media"
@@ -29,6 +30,12 @@ type gemma4Fixture struct {
 		Width, Height int
 		Tokens        int `json:"tokens"`
 	} `json:"images"`
+	Videos []struct {
+		File          string `json:"file"`
+		Frames        int    `json:"frames"`
+		Width, Height int
+		Timestamps    []float64 `json:"timestamps"`
+	} `json:"videos"`
 	Tensors map[string]struct {
 		File string `json:"file"`
 	} `json:"tensors"`
@@ -49,8 +56,8 @@ func readGemma4Fixture(t *testing.T) *gemma4Fixture {
 	if err := json.Unmarshal(raw, &fx); err != nil {
 		t.Fatal(err)
 	}
-	if len(fx.Images) != 2 || len(fx.Cases) == 0 {
-		t.Fatalf("fixture.json has %d images, %d cases", len(fx.Images), len(fx.Cases))
+	if len(fx.Images) != 2 || len(fx.Videos) != 1 || len(fx.Cases) == 0 {
+		t.Fatalf("fixture.json has %d images, %d videos, %d cases", len(fx.Images), len(fx.Videos), len(fx.Cases))
 	}
 	return &fx
 }
@@ -71,7 +78,8 @@ func readF32(t *testing.T, path string) []float32 {
 // TestGemma4Tower loads the tiny Gemma 4 checkpoint's tower as the
 // pipeline's stages.Vision: the Template stage renders the checkpoint's
 // chat template and expands each image marker to the processor's run for
-// that image's size (the fixture's prompt and ids), and Encode gives the
+// that image's size, and a video's marker to its frames' timestamps and
+// runs (the fixture's prompts and ids); Encode and EncodeFrame give the
 // reference soft tokens.
 func TestGemma4Tower(t *testing.T) {
 	fx := readGemma4Fixture(t)
@@ -93,8 +101,9 @@ func TestGemma4Tower(t *testing.T) {
 		t.Fatal("no tower for a checkpoint with a vision_config")
 	}
 	defer v.(interface{ Close() }).Close()
-	if v.ImageMarker() != "<|image|>" || v.Video() {
-		t.Errorf("marker %q, video %v", v.ImageMarker(), v.Video())
+	vv, ok := v.(stages.VideoVision)
+	if v.ImageMarker() != "<|image|>" || !v.Video() || !ok || vv.VideoMarker() != "<|video|>" {
+		t.Fatalf("marker %q, video %v (%T)", v.ImageMarker(), v.Video(), v)
 	}
 
 	images := make([]*media.Image, len(fx.Images))
@@ -110,6 +119,21 @@ func TestGemma4Tower(t *testing.T) {
 		}
 	}
 
+	fv := fx.Videos[0]
+	raw, err := os.ReadFile(filepath.Join(gemma4VLM, fv.File))
+	if err != nil {
+		t.Fatal(err)
+	}
+	frameBytes := fv.Width * fv.Height * 3
+	if len(raw) != fv.Frames*frameBytes || len(fv.Timestamps) != fv.Frames {
+		t.Fatalf("%s: %d bytes, %d timestamps for %d frames", fv.File, len(raw), len(fv.Timestamps), fv.Frames)
+	}
+	var video []media.Frame
+	for i := range fv.Frames {
+		img := &media.Image{Width: fv.Width, Height: fv.Height, Pix: raw[i*frameBytes : (i+1)*frameBytes], Hash: [32]byte{byte(10 + i)}}
+		video = append(video, media.Frame{Image: img, At: time.Duration(fv.Timestamps[i] * float64(time.Second))})
+	}
+
 	tmpl, err := jinja.Parse(m.ChatTemplate)
 	if err != nil {
 		t.Fatal(err)
@@ -118,6 +142,7 @@ func TestGemma4Tower(t *testing.T) {
 	chats := map[string][]stages.Part{
 		"one_image":  {{Kind: "image"}, {Kind: "text", Text: "Describe this."}},
 		"two_images": {{Kind: "text", Text: "Compare"}, {Kind: "image"}, {Kind: "text", Text: "and"}, {Kind: "image"}, {Kind: "text", Text: "please."}},
+		"video":      {{Kind: "video"}, {Kind: "text", Text: "What happens?"}},
 	}
 	for _, c := range fx.Cases {
 		parts, ok := chats[c.Name]
@@ -125,9 +150,13 @@ func TestGemma4Tower(t *testing.T) {
 			continue
 		}
 		var imgs []*media.Image
+		var videos [][]media.Frame
 		for _, p := range parts {
-			if p.Kind == "image" {
+			switch p.Kind {
+			case "image":
 				imgs = append(imgs, images[len(imgs)])
+			case "video":
+				videos = append(videos, video)
 			}
 		}
 		req := &stages.Request{
@@ -135,6 +164,7 @@ func TestGemma4Tower(t *testing.T) {
 			Model:  sm,
 			Params: &stages.Params{Messages: []stages.Message{{Role: "user", Parts: parts}}},
 			Images: imgs,
+			Videos: videos,
 		}
 		if err := (stages.Template{}).Apply(context.Background(), req); err != nil {
 			t.Fatalf("%s: %v", c.Name, err)
@@ -144,22 +174,31 @@ func TestGemma4Tower(t *testing.T) {
 		}
 	}
 
-	for i, img := range images {
-		item, err := v.Encode(context.Background(), img)
+	check := func(name string, item stages.MediaItem, err error, token int32, hash [32]byte, want []float32) {
+		t.Helper()
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%s: %v", name, err)
 		}
-		want := readF32(t, filepath.Join(gemma4VLM, fx.Tensors[fmt.Sprintf("soft_tokens_%d", i)].File))
-		if item.Token != 262 || item.Count != fx.Images[i].Tokens || item.Hash != img.Hash || len(item.Embeds) != len(want) {
-			t.Fatalf("image%d: token %d, %d soft tokens of %d values, want 262, %d of %d", i, item.Token, item.Count, len(item.Embeds), fx.Images[i].Tokens, len(want))
+		if item.Token != token || item.Hash != hash || len(item.Embeds) != len(want) || item.Count*m.Config.Hidden != len(want) {
+			t.Fatalf("%s: token %d, %d soft tokens of %d values, want %d and %d values", name, item.Token, item.Count, len(item.Embeds), token, len(want))
 		}
 		worst := 0.0
 		for j := range want {
 			worst = max(worst, math.Abs(float64(item.Embeds[j]-want[j])))
 		}
-		t.Logf("image%d: %d soft tokens, max |diff| %.3g", i, item.Count, worst)
+		t.Logf("%s: %d soft tokens, max |diff| %.3g", name, item.Count, worst)
 		if worst > 1e-4 {
-			t.Errorf("image%d: soft tokens differ by %.3g", i, worst)
+			t.Errorf("%s: soft tokens differ by %.3g", name, worst)
 		}
+	}
+	for i, img := range images {
+		item, err := v.Encode(context.Background(), img)
+		check(fmt.Sprintf("image%d", i), item, err, 262, img.Hash, readF32(t, filepath.Join(gemma4VLM, fx.Tensors[fmt.Sprintf("soft_tokens_%d", i)].File)))
+	}
+	frames := readF32(t, filepath.Join(gemma4VLM, fx.Tensors["video_soft_tokens_0"].File))
+	per := len(frames) / len(video)
+	for i, fr := range video {
+		item, err := vv.EncodeFrame(context.Background(), fr)
+		check(fmt.Sprintf("frame%d", i), item, err, 266, fr.Image.Hash, frames[i*per:(i+1)*per])
 	}
 }

@@ -13,8 +13,8 @@
 //	Parse        OpenAI chat/completions JSON -> validated Params, resolved Model
 //	MediaDecode  decoded images and video frames (package media)
 //	Template     chat template (add_generation_prompt) or raw prompt -> Tokens;
-//	             image markers expanded to the model's placeholder runs
-//	VisionTower  the model's tower on each image -> MediaItems (soft tokens)
+//	             image and video markers expanded to the model's placeholder runs
+//	VisionTower  the model's tower on each image and frame -> MediaItems (soft tokens)
 //	SpanCarve    one span per item over its placeholder run -> Spans
 //	Admit        request id, token bounds, sampling, spans and soft tokens
 //	             -> engine.Generation
@@ -36,6 +36,12 @@
 // pair up one for one are refused: 400 when the request's text holds
 // markers, 503 (CarveError) when the template dropped an image; a tower
 // failure is 503 vlm_extraction_failed (ErrVision).
+//
+// A tower whose Video reports true is a VideoVision: a video part's marker
+// becomes the prompt of its sampled frames (Gemma 4: per frame its mm:ss
+// timestamp and its run of video placeholders), each frame is one item
+// and one span, and the items follow the parts' order across images and
+// videos. Without one, video parts are refused (400 unsupported_media).
 //
 // # Token path
 //

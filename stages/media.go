@@ -75,8 +75,9 @@ func mediaCode(r media.Reason) Code {
 var ErrVision = errors.New("vision tower failed")
 
 // VisionTower runs the model's tower (Model.Vision) on the request's
-// decoded images, in prompt order, into Request.MediaItems: one item per
-// image, with its soft tokens.
+// decoded images and videos' frames, in prompt order (the order of
+// Params.Media), into Request.MediaItems: one item per image or frame,
+// with its soft tokens.
 type VisionTower struct{}
 
 // Name implements Stage.
@@ -89,13 +90,13 @@ func (VisionTower) Apply(ctx context.Context, req *Request) error {
 		return nil
 	}
 	v := req.Model.Vision
-	if v == nil || len(req.Videos) > 0 {
+	vv, _ := v.(VideoVision)
+	if v == nil || len(req.Videos) > 0 && (vv == nil || !v.Video()) {
 		// MediaDecode refuses both; this is a misuse of the stages.
 		return fmt.Errorf("%w: media for a model without a tower for it", ErrVision)
 	}
 	items := make([]MediaItem, 0, len(req.Images))
-	for _, img := range req.Images {
-		it, err := v.Encode(ctx, img)
+	add := func(it MediaItem, err error) error {
 		var inv *Invalid
 		switch {
 		case errors.As(err, &inv), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
@@ -104,6 +105,39 @@ func (VisionTower) Apply(ctx context.Context, req *Request) error {
 			return fmt.Errorf("%w: %w", ErrVision, err)
 		}
 		items = append(items, it)
+		return nil
+	}
+	if len(req.Videos) == 0 {
+		for _, img := range req.Images {
+			if err := add(v.Encode(ctx, img)); err != nil {
+				return err
+			}
+		}
+		req.MediaItems = items
+		return nil
+	}
+	// Images and videos interleave as their parts do.
+	var images, videos int
+	for _, m := range req.Params.Media {
+		switch {
+		case m.Kind == "image" && images < len(req.Images):
+			if err := add(v.Encode(ctx, req.Images[images])); err != nil {
+				return err
+			}
+			images++
+		case m.Kind == "video" && videos < len(req.Videos):
+			for _, fr := range req.Videos[videos] {
+				if err := add(vv.EncodeFrame(ctx, fr)); err != nil {
+					return err
+				}
+			}
+			videos++
+		default:
+			return fmt.Errorf("%w: media part %d (%s) has no decoded media", ErrVision, images+videos, m.Kind)
+		}
+	}
+	if images != len(req.Images) || videos != len(req.Videos) {
+		return fmt.Errorf("%w: %d images and %d videos decoded for the parts' %d and %d", ErrVision, len(req.Images), len(req.Videos), images, videos)
 	}
 	req.MediaItems = items
 	return nil

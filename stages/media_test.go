@@ -271,3 +271,75 @@ func TestVisionRefusals(t *testing.T) {
 		}
 	})
 }
+
+// videoTemplate writes "<image>" for an image part and "<video>" for a
+// video part.
+const videoTemplate = `{{ bos_token }}{% for m in messages %}{{ m['role'] }}: ` +
+	`{% for p in m['content'] %}{% if p['type'] == 'image' %}<image>{% elif p['type'] == 'video' %}<video>` +
+	`{% else %}{{ p['text'] }}{% endif %}{% endfor %}
+{% endfor %}`
+
+// fakeVideoVision is fakeVision that also reads video: a video becomes
+// "(" + "{" + two \x02 + "}" per frame + ")", each frame two soft tokens
+// from its image's hash and its time.
+type fakeVideoVision struct{ fakeVision }
+
+func (fakeVideoVision) Video() bool         { return true }
+func (fakeVideoVision) VideoMarker() string { return "<video>" }
+
+func (fakeVideoVision) VideoPrompt(frames []media.Frame) string {
+	return "(" + strings.Repeat("{\x02\x02}", len(frames)) + ")"
+}
+
+func (v fakeVideoVision) EncodeFrame(_ context.Context, fr media.Frame) (MediaItem, error) {
+	e := []float32{float32(fr.Image.Hash[0]), float32(fr.At.Seconds()), 0, 0}
+	return MediaItem{Token: v.token + 1, Count: 2, Hash: fr.Image.Hash, Embeds: e}, nil
+}
+
+// TestVideoTemplateAndTower: a video's marker becomes its frames' runs,
+// and the tower's items follow the parts' order across images and videos.
+func TestVideoTemplateAndTower(t *testing.T) {
+	m := testModel(t, "eyes", videoTemplate, 512)
+	m.Vision = fakeVideoVision{fakeVision{token: 7}}
+	img := func(b byte) *media.Image {
+		return &media.Image{Width: 1, Height: 1, Pix: []byte{b, b, b}, Hash: [32]byte{b}}
+	}
+	video := []media.Frame{{Image: img(20), At: 0}, {Image: img(21), At: 2 * time.Second}}
+	req := &Request{
+		Input: Input{Endpoint: Chat},
+		Model: m,
+		Params: &Params{
+			Messages: []Message{{Role: "user", Parts: []Part{{Kind: "image"}, {Kind: "text", Text: "then"}, {Kind: "video"}, {Kind: "image"}}}},
+			Media:    []Media{{Kind: "image"}, {Kind: "video"}, {Kind: "image"}},
+		},
+		Images: []*media.Image{img(10), img(11)},
+		Videos: [][]media.Frame{video},
+	}
+	if err := (Template{}).Apply(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	if want := "user: [\x01\x01\x01]then({\x02\x02}{\x02\x02})[\x01\x01\x01]"; !strings.HasSuffix(req.Prompt, want) {
+		t.Fatalf("prompt %q, want it to end with %q", req.Prompt, want)
+	}
+	if err := (VisionTower{}).Apply(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	var hashes []byte
+	for _, it := range req.MediaItems {
+		hashes = append(hashes, it.Hash[0])
+	}
+	if string(hashes) != "\x0a\x14\x15\x0b" || req.MediaItems[2].Token != 8 || req.MediaItems[2].Embeds[1] != 2 {
+		t.Fatalf("items by hash %v, want image, frames, image", hashes)
+	}
+
+	// A tower that reads no video has its videos refused as the server's
+	// fault, in the template and in the tower.
+	req.Model = testModel(t, "eyes", videoTemplate, 512)
+	req.Model.Vision = fakeVision{token: 7}
+	if err := (Template{}).Apply(context.Background(), req); !errors.Is(err, ErrVision) {
+		t.Fatalf("template: err = %v, want ErrVision", err)
+	}
+	if err := (VisionTower{}).Apply(context.Background(), req); !errors.Is(err, ErrVision) {
+		t.Fatalf("tower: err = %v, want ErrVision", err)
+	}
+}

@@ -58,6 +58,21 @@ type Vision interface {
 	Encode(ctx context.Context, img *media.Image) (MediaItem, error)
 }
 
+// VideoVision is a Vision whose Video reports true: it also places and
+// encodes the sampled frames of a video.
+type VideoVision interface {
+	Vision
+	// VideoMarker is the text the chat template writes for a video part.
+	VideoMarker() string
+	// VideoPrompt is what the marker of a video of these frames becomes:
+	// each frame's placeholders (as many as EncodeFrame makes of it), with
+	// what brackets and precedes them, as the model's processor writes
+	// them.
+	VideoPrompt(frames []media.Frame) string
+	// EncodeFrame is Encode for one sampled frame of a video.
+	EncodeFrame(ctx context.Context, frame media.Frame) (MediaItem, error)
+}
+
 // Catalog resolves a requested model name.
 type Catalog interface {
 	Lookup(name string) (*Model, bool)

@@ -47,6 +47,9 @@ func (Template) Apply(_ context.Context, req *Request) error {
 		if text, err = expandImages(m.Vision, text, req.Images); err != nil {
 			return err
 		}
+		if text, err = expandVideos(m.Vision, text, req.Videos); err != nil {
+			return err
+		}
 		req.Prompt = text
 		addBOS := bos == "" || !strings.HasPrefix(text, bos)
 		req.Tokens = tok.Encode(text, tokenizer.EncodeOptions{AddSpecial: addBOS, ParseSpecial: true})
@@ -89,20 +92,47 @@ func expandImages(v Vision, text string, images []*media.Image) (string, error) 
 	if v == nil || len(images) == 0 {
 		return text, nil
 	}
-	marker := v.ImageMarker()
+	prompts := make([]string, len(images))
+	for i, img := range images {
+		prompts[i] = v.ImagePrompt(img)
+	}
+	return expandMarkers(text, v.ImageMarker(), prompts)
+}
+
+// expandVideos is expandImages for videos: each video marker becomes the
+// prompt of its video's sampled frames. Videos for a tower that places
+// none are the server's fault (MediaDecode refuses them).
+func expandVideos(v Vision, text string, videos [][]media.Frame) (string, error) {
+	if len(videos) == 0 {
+		return text, nil
+	}
+	vv, ok := v.(VideoVision)
+	if !ok || !v.Video() {
+		return "", fmt.Errorf("%w: videos for a model without a video tower", ErrVision)
+	}
+	prompts := make([]string, len(videos))
+	for i, frames := range videos {
+		prompts[i] = vv.VideoPrompt(frames)
+	}
+	return expandMarkers(text, vv.VideoMarker(), prompts)
+}
+
+// expandMarkers replaces the markers in text, in order, with prompts, one
+// for one.
+func expandMarkers(text, marker string, prompts []string) (string, error) {
 	pieces := strings.Split(text, marker)
 	switch n := len(pieces) - 1; {
-	case n < len(images):
+	case n < len(prompts):
 		return "", &CarveError{Reason: CarveMissingRun, At: n}
-	case n > len(images):
+	case n > len(prompts):
 		return "", invalid(CodeInvalidValue, "messages")
 	}
 	var b strings.Builder
-	for i, img := range images {
+	for i, p := range prompts {
 		b.WriteString(pieces[i])
-		b.WriteString(v.ImagePrompt(img))
+		b.WriteString(p)
 	}
-	b.WriteString(pieces[len(images)])
+	b.WriteString(pieces[len(prompts)])
 	return b.String(), nil
 }
 
