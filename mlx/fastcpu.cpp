@@ -543,6 +543,259 @@ bool have_avx2() {
   return ok;
 }
 
+// ---------------------------------------------------------------------------
+// Integer kernel (AffineLinearQ8): activations quantized to signed 8-bit
+// blocks of 32, each with a float scale d = max|x| / 127 (as llama.cpp's Q8
+// activation blocks), multiplied with the unsigned 4- or 8-bit weights in
+// integers by AVX-512 VNNI's dot product, four products to a 32-bit lane.
+// Per weight group (scale s, bias b) and activation block (scale d, values
+// q): sum (s*qw + b) * (d*qx) = s*d*sum(qw*qx) + b*d*sum(qx). The first term
+// accumulates per 64-element chunk in float as ((dot * d) * s) + acc, lane
+// by lane; the second is a scalar sum over blocks added after the lanes'
+// fixed reduction. Each output is computed in that one order whatever the
+// batch and the thread split.
+//
+// A chunk of 64 4-bit weights is 32 bytes: byte i holds elements 2i (low
+// nibble) and 2i+1. Masked and shifted, the low nibbles then the high ones
+// fill one 64-byte register in the order (block 0 evens, block 1 evens,
+// block 0 odds, block 1 odds); the activations of the chunk are stored in
+// that order once per call, so the weights need no shuffle. 8-bit weights
+// are in element order already.
+
+#define PROVIDER_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+
+bool have_vnni() {
+  static const bool ok = [] {
+    const char* env = std::getenv("PROVIDER_CPU_AVX512");
+    if (env != nullptr && std::strcmp(env, "0") == 0) {
+      return false;
+    }
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+  }();
+  return ok;
+}
+
+// Q8 is a call's quantized activations: values [m, k] in the weights'
+// chunk order; per chunk the 16-lane pattern of its two blocks' scales
+// ([m, k/64, 16]); and per block d * sum(q), each row's padded with zeros
+// to a whole number of 16-lane registers ([m, bp]).
+struct Q8 {
+  std::vector<int8_t> xq;
+  std::vector<float> dv, dsx;
+  int bp = 0;  // padded blocks per row
+};
+
+// q8_prepare quantizes activation rows [r0, r1) of j.x into q.
+void q8_prepare(const Job& j, int bits, Q8& q, int r0, int r1) {
+  const int chunks = j.k / 64;
+  for (int r = r0; r < r1; r++) {
+    const float* x = j.x + static_cast<size_t>(r) * j.k;
+    int8_t* xq = q.xq.data() + static_cast<size_t>(r) * j.k;
+    float* dsx = q.dsx.data() + static_cast<size_t>(r) * q.bp;
+    std::fill(dsx, dsx + q.bp, 0.0f);
+    for (int c = 0; c < chunks; c++) {
+      float d[2];
+      int8_t v[64];
+      for (int h = 0; h < 2; h++) {
+        const float* xb = x + c * 64 + h * 32;
+        float amax = 0;
+        for (int i = 0; i < 32; i++) {
+          amax = std::max(amax, std::fabs(xb[i]));
+        }
+        d[h] = amax / 127.0f;
+        const float inv = amax > 0 ? 127.0f / amax : 0.0f;
+        int sum = 0;
+        for (int i = 0; i < 32; i++) {
+          const int qi = static_cast<int>(std::nearbyint(xb[i] * inv));
+          v[h * 32 + i] = static_cast<int8_t>(std::clamp(qi, -127, 127));
+          sum += v[h * 32 + i];
+        }
+        dsx[2 * c + h] = d[h] * static_cast<float>(sum);
+      }
+      int8_t* dst = xq + c * 64;
+      float* dv = q.dv.data() + (static_cast<size_t>(r) * chunks + c) * 16;
+      if (bits == 4) {
+        for (int i = 0; i < 16; i++) {
+          dst[i] = v[2 * i];
+          dst[16 + i] = v[32 + 2 * i];
+          dst[32 + i] = v[2 * i + 1];
+          dst[48 + i] = v[32 + 2 * i + 1];
+        }
+        for (int l = 0; l < 16; l++) {
+          dv[l] = d[(l / 4) & 1];
+        }
+      } else {
+        std::memcpy(dst, v, 64);
+        for (int l = 0; l < 16; l++) {
+          dv[l] = d[l / 8];
+        }
+      }
+    }
+  }
+}
+
+// q8_at is a group parameter as float.
+template <typename S>
+PROVIDER_VNNI inline float q8_at(const S* p, int g) {
+  if constexpr (std::is_same_v<S, float>) {
+    return p[g];
+  } else if constexpr (std::is_same_v<S, mx::float16_t>) {
+    uint16_t h;
+    std::memcpy(&h, p + g, 2);
+    return _cvtsh_ss(h);
+  } else {
+    uint16_t h;
+    std::memcpy(&h, p + g, 2);
+    const uint32_t u = static_cast<uint32_t>(h) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+}
+
+template <typename S, int BITS>
+PROVIDER_VNNI inline __m512 q8_param(const S* p, int c, int per) {
+  auto at = [p](int g) { return q8_at<S>(p, g); };
+  if (per > 0) {
+    return _mm512_set1_ps(at(c / per));
+  }
+  constexpr __mmask16 second = BITS == 4 ? 0xF0F0 : 0xFF00;  // lanes of the chunk's second block
+  return _mm512_mask_blend_ps(second, _mm512_set1_ps(at(2 * c)), _mm512_set1_ps(at(2 * c + 1)));
+}
+
+// q8_groups loads up to 16 group parameters (count of them, the rest zero)
+// as float.
+template <typename S>
+PROVIDER_VNNI inline __m512 q8_groups(const S* p, int count) {
+  const __mmask16 m = count >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << count) - 1);
+  if constexpr (std::is_same_v<S, float>) {
+    return _mm512_maskz_loadu_ps(m, p);
+  } else if constexpr (std::is_same_v<S, mx::float16_t>) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+  } else {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+  }
+}
+
+// q8_bias is the bias terms of one output and row as a 16-lane vector:
+// lane l sums, over blocks b = l, l+16, ..., the bias of b's group times
+// the row's d*sum(q) of b (ds, zero-padded). bpg is blocks per group (a
+// power of two up to 16), spread holds l / bpg per lane.
+template <typename S>
+PROVIDER_VNNI inline __m512 q8_bias(const S* bias, int blocks, int bpg, __m512i spread, const float* ds, int bp) {
+  __m512 acc = _mm512_setzero_ps();
+  for (int b = 0; b < bp; b += 16) {
+    const int g0 = b / bpg;
+    const int count = std::min(16, (blocks - b + bpg - 1) / bpg);
+    __m512 fb = q8_groups<S>(bias + g0, std::max(count, 0));
+    if (bpg > 1) {
+      fb = _mm512_permutexvar_ps(spread, fb);
+    }
+    acc = _mm512_fmadd_ps(fb, _mm512_loadu_ps(ds + b), acc);
+  }
+  return acc;
+}
+
+// q8_direct computes outputs n .. n+NW-1 for activation rows r0 ..
+// r0+M-1 (M at most 4, NW at most 2): each chunk's weights are unpacked
+// once into registers and each chunk's activations loaded once for all of
+// them. sc and bi point at output n's group scales and biases (rows
+// groups apart); per is the number of chunks in a group (0: groups of 32,
+// two to a chunk). Per output and row: products of even and odd chunks
+// accumulate apart, the bias terms (q8_bias) in a third register, and the
+// three are added and reduced in that order.
+template <typename S, int BITS, int M, int NW>
+PROVIDER_VNNI void q8_direct(const Job& j, const Q8& q, int r0, const uint8_t* row, int bytes, const S* sc, const S* bi,
+                             int groups, int per, __m512i spread, int n) {
+  const int chunks = j.k / 64;
+  __m512 acc[NW][M][2];
+  for (int i = 0; i < NW; i++) {
+    for (int r = 0; r < M; r++) {
+      acc[i][r][0] = acc[i][r][1] = _mm512_setzero_ps();
+    }
+  }
+  const int8_t* xq = q.xq.data() + static_cast<size_t>(r0) * j.k;
+  const float* dv = q.dv.data() + static_cast<size_t>(r0) * chunks * 16;
+  for (int c = 0; c < chunks; c++) {
+    __m512i w[NW];
+    __m512 sv[NW];
+    for (int i = 0; i < NW; i++) {
+      const uint8_t* ri = row + static_cast<size_t>(i) * bytes;
+      if constexpr (BITS == 4) {
+        const __m256i p = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ri + c * 32));
+        const __m256i m4 = _mm256_set1_epi8(0x0F);
+        w[i] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(p, m4)),
+                                  _mm256_and_si256(_mm256_srli_epi16(p, 4), m4), 1);
+      } else {
+        w[i] = _mm512_loadu_si512(ri + c * 64);
+      }
+      sv[i] = q8_param<S, BITS>(sc + static_cast<size_t>(i) * groups, c, per);
+    }
+    for (int r = 0; r < M; r++) {
+      const __m512i xv = _mm512_loadu_si512(xq + static_cast<size_t>(r) * j.k + c * 64);
+      const __m512 d = _mm512_loadu_ps(dv + (static_cast<size_t>(r) * chunks + c) * 16);
+      for (int i = 0; i < NW; i++) {
+        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[i], xv);
+        acc[i][r][c & 1] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dot), d), sv[i], acc[i][r][c & 1]);
+      }
+    }
+  }
+  const int blocks = j.k / 32, bpg = j.group / 32;
+  for (int i = 0; i < NW; i++) {
+    for (int r = 0; r < M; r++) {
+      const float* ds = q.dsx.data() + static_cast<size_t>(r0 + r) * q.bp;
+      const __m512 bias = q8_bias<S>(bi + static_cast<size_t>(i) * groups, blocks, bpg, spread, ds, q.bp);
+      const __m512 sum = _mm512_add_ps(_mm512_add_ps(acc[i][r][0], acc[i][r][1]), bias);
+      j.out[static_cast<size_t>(r0 + r) * j.n + n + i] = hsum512(sum);
+    }
+  }
+}
+
+// q8_rows computes output rows [n0, n1) for every activation row: pairs
+// of outputs by up to four rows at a time.
+template <typename S, int BITS>
+PROVIDER_VNNI void q8_rows(const Job& j, const Q8& q, int n0, int n1) {
+  const int bytes = j.k * BITS / 8;
+  const int groups = j.k / j.group;
+  const int per = j.group / 64;
+  const int bpg = j.group / 32;  // blocks per group
+  alignas(64) int32_t lanes[16];
+  for (int l = 0; l < 16; l++) {
+    lanes[l] = l / bpg;
+  }
+  const __m512i spread = _mm512_load_si512(lanes);
+  const S* sc = static_cast<const S*>(j.scales);
+  const S* bi = static_cast<const S*>(j.biases);
+  for (int n = n0; n < n1; n += 2) {
+    const int nw = std::min(2, n1 - n);
+    const uint8_t* row = reinterpret_cast<const uint8_t*>(j.w) + static_cast<size_t>(n) * bytes;
+    const S* s = sc + static_cast<size_t>(n) * groups;
+    const S* b = bi + static_cast<size_t>(n) * groups;
+    for (int r0 = 0; r0 < j.m; r0 += 4) {
+      const int m = std::min(4, j.m - r0);
+#define PROVIDER_Q8(M, NW) q8_direct<S, BITS, M, NW>(j, q, r0, row, bytes, s, b, groups, per, spread, n)
+      if (nw == 2) {
+        switch (m) {
+          case 1: PROVIDER_Q8(1, 2); break;
+          case 2: PROVIDER_Q8(2, 2); break;
+          case 3: PROVIDER_Q8(3, 2); break;
+          default: PROVIDER_Q8(4, 2); break;
+        }
+      } else {
+        switch (m) {
+          case 1: PROVIDER_Q8(1, 1); break;
+          case 2: PROVIDER_Q8(2, 1); break;
+          case 3: PROVIDER_Q8(3, 1); break;
+          default: PROVIDER_Q8(4, 1); break;
+        }
+      }
+#undef PROVIDER_Q8
+    }
+  }
+}
+
 #endif  // PROVIDER_X86
 
 // rows_portable is the same computation in plain C++, in the same order
@@ -621,6 +874,31 @@ void run_job(const Job& j) {
 #endif
     rows_portable<S>(j, n0, n1, buf.data());
   });
+}
+
+// run_job_q8 is run_job for the integer kernel (the caller checked
+// have_vnni and that k is whole chunks of 64 and groups whole blocks of 32).
+template <typename S>
+void run_job_q8(const Job& j) {
+#if PROVIDER_X86
+  Q8 q;
+  q.bp = (j.k / 32 + 15) / 16 * 16;
+  q.xq.resize(static_cast<size_t>(j.m) * j.k);
+  q.dv.resize(static_cast<size_t>(j.m) * (j.k / 64) * 16);
+  q.dsx.resize(static_cast<size_t>(j.m) * q.bp);
+  const int prep = std::max(1, std::min(j.m, Pool::get().threads() * 4));
+  const int per = (j.m + prep - 1) / prep;
+  Pool::get().run(prep, [&](int t) { q8_prepare(j, j.bits, q, t * per, std::min(j.m, (t + 1) * per)); });
+  // Tasks of an even number of output rows (outputs are computed in
+  // pairs), enough of them to balance the threads.
+  const int chunk = std::max(2, std::min(16, j.n / (8 * Pool::get().threads())) / 2 * 2);
+  const int tasks = (j.n + chunk - 1) / chunk;
+  Pool::get().run(tasks, [&](int t) {
+    const int n0 = t * chunk;
+    const int n1 = std::min(j.n, n0 + chunk);
+    j.bits == 4 ? q8_rows<S, 4>(j, q, n0, n1) : q8_rows<S, 8>(j, q, n0, n1);
+  });
+#endif
 }
 
 bool use_mlx_kernel() {
@@ -960,6 +1238,16 @@ bool on_cpu(const mx::Stream& s) {
 
 }  // namespace
 
+// rowc is a in row-contiguous layout on stream st: a itself when it is
+// already evaluated that way (uploaded weights, host data), saving the
+// graph a Contiguous node per use; else a Contiguous of it.
+static mx::array rowc(const mx::array& a, const mx::Stream& st) {
+  if (a.is_available() && a.flags().row_contiguous) {
+    return a;
+  }
+  return mx::contiguous(a, false, st);
+}
+
 extern "C" {
 
 int mlx_fast_cpu_rms_norm(mlx_array* res, const mlx_array x, const mlx_array weight, float eps, const mlx_stream s) {
@@ -973,9 +1261,9 @@ int mlx_fast_cpu_rms_norm(mlx_array* res, const mlx_array x, const mlx_array wei
       set(res, mx::fast::rms_norm(xa, has_w ? std::optional<mx::array>(arr(weight)) : std::nullopt, eps, st));
       return;
     }
-    std::vector<mx::array> in{mx::contiguous(xa, false, st)};
+    std::vector<mx::array> in{rowc(xa, st)};
     if (has_w) {
-      in.push_back(mx::contiguous(arr(weight), false, st));
+      in.push_back(rowc(arr(weight), st));
     }
     set(res, mx::array(xa.shape(), mx::float32,
                        std::make_shared<HostOp>(st, "FastRMSNorm",
@@ -1007,10 +1295,10 @@ int mlx_fast_cpu_rope(mlx_array* res, const mlx_array x, int dims, bool traditio
     }
     std::vector<mx::array> in{xa};
     if (dyn) {
-      in.push_back(mx::contiguous(mx::astype(arr(offsets), mx::int32, st), false, st));
+      in.push_back(rowc(mx::astype(arr(offsets), mx::int32, st), st));
     }
     if (has_f) {
-      in.push_back(mx::contiguous(mx::astype(arr(freqs), mx::float32, st), false, st));
+      in.push_back(rowc(mx::astype(arr(freqs), mx::float32, st), st));
     }
     const float bv = base.has_value ? base.value : 10000.0f;
     auto fn = [dims, traditional, bv, scale, offset, dyn, has_f](const std::vector<mx::array>& in, mx::array& out) {
@@ -1048,7 +1336,7 @@ int mlx_fast_cpu_sdpa(mlx_array* res, const mlx_array q, const mlx_array k, cons
     }
     std::vector<mx::array> in{qa, ka, va};
     if (has_s) {
-      in.push_back(mx::contiguous(mx::astype(arr(sinks), mx::float32, st), false, st));
+      in.push_back(rowc(mx::astype(arr(sinks), mx::float32, st), st));
     }
     const bool causal = mode == "causal";
     auto fn = [scale, causal, has_s](const std::vector<mx::array>& in, mx::array& out) {
@@ -1063,8 +1351,8 @@ int mlx_fast_cpu_sdpa(mlx_array* res, const mlx_array q, const mlx_array k, cons
 }
 
 
-int mlx_fast_affine_linear(mlx_array* res, const mlx_array x, const mlx_array w, const mlx_array scales,
-                           const mlx_array biases, int group_size, int bits, const mlx_stream s) {
+static int affine_linear(mlx_array* res, const mlx_array x, const mlx_array w, const mlx_array scales,
+                         const mlx_array biases, int group_size, int bits, bool int8, const mlx_stream s) {
   return guard([&] {
     const mx::Stream st = *static_cast<mx::Stream*>(s.ctx);
     const mx::array& xa = arr(x);
@@ -1088,28 +1376,44 @@ int mlx_fast_affine_linear(mlx_array* res, const mlx_array x, const mlx_array w,
     const mx::Dtype out_type = xa.dtype();
     // Weights, scales and biases are used in place (they are row-contiguous
     // as uploaded; contiguous() is a no-op then); only activations convert.
-    std::vector<mx::array> in{mx::contiguous(mx::astype(xa, mx::float32, st), false, st),
-                              mx::contiguous(wa, false, st), mx::contiguous(sa, false, st),
-                              mx::contiguous(ba, false, st)};
+    std::vector<mx::array> in{rowc(mx::astype(xa, mx::float32, st), st),
+                              rowc(wa, st), rowc(sa, st),
+                              rowc(ba, st)};
     const mx::Dtype sd = sa.dtype();
-    auto fn = [k, n, group_size, bits, sd](const std::vector<mx::array>& in, mx::array& out) {
+#if PROVIDER_X86
+    const bool q8 = int8 && have_vnni() && k % 64 == 0 && group_size % 32 == 0 && group_size <= 512 &&
+                  (group_size & (group_size - 1)) == 0;
+#else
+    const bool q8 = false;
+#endif
+    auto fn = [k, n, group_size, bits, sd, q8](const std::vector<mx::array>& in, mx::array& out) {
       Job j{in[0].data<float>(), static_cast<int>(rows_of(in[0])), k, n, in[1].data<uint32_t>(),
             in[2].data<void>(), in[3].data<void>(), group_size, bits, out.data<float>()};
       if (j.m == 0) {
         return;
       }
       if (sd == mx::float32) {
-        run_job<float>(j);
+        q8 ? run_job_q8<float>(j) : run_job<float>(j);
       } else if (sd == mx::float16) {
-        run_job<mx::float16_t>(j);
+        q8 ? run_job_q8<mx::float16_t>(j) : run_job<mx::float16_t>(j);
       } else {
-        run_job<mx::bfloat16_t>(j);
+        q8 ? run_job_q8<mx::bfloat16_t>(j) : run_job<mx::bfloat16_t>(j);
       }
     };
     mx::array y(std::move(shape), mx::float32, std::make_shared<HostOp>(st, "FastAffineLinear", std::move(fn)),
                 std::move(in));
     set(res, out_type == mx::float32 ? y : mx::astype(y, out_type, st));
   });
+}
+
+int mlx_fast_affine_linear(mlx_array* res, const mlx_array x, const mlx_array w, const mlx_array scales,
+                           const mlx_array biases, int group_size, int bits, const mlx_stream s) {
+  return affine_linear(res, x, w, scales, biases, group_size, bits, false, s);
+}
+
+int mlx_fast_affine_linear_q8(mlx_array* res, const mlx_array x, const mlx_array w, const mlx_array scales,
+                              const mlx_array biases, int group_size, int bits, const mlx_stream s) {
+  return affine_linear(res, x, w, scales, biases, group_size, bits, true, s);
 }
 
 // float_dtype maps the pool dtypes.
@@ -1138,21 +1442,21 @@ int mlx_fast_paged_attention(mlx_array* res, const mlx_array q, const mlx_array 
         vp.data_size() != vp.size() || arr(meta).ndim() != 2 || arr(meta).shape(1) != 3) {
       throw std::invalid_argument("paged_attention: needs float32 q [N, H, D], evaluated row-contiguous pools [slots, KVH, D] on the CPU and meta [N, 3]");
     }
-    std::vector<mx::array> in{mx::contiguous(qa, false, st), kp, vp,
-                              mx::contiguous(mx::astype(arr(table), mx::int32, st), false, st),
-                              mx::contiguous(mx::astype(arr(meta), mx::int32, st), false, st)};
+    std::vector<mx::array> in{rowc(qa, st), kp, vp,
+                              rowc(mx::astype(arr(table), mx::int32, st), st),
+                              rowc(mx::astype(arr(meta), mx::int32, st), st)};
     if (write) {
       const mx::array &kn = arr(k_new), &vn = arr(v_new);
       if (kn.ndim() != 3 || kn.shape(0) != qa.shape(0) || kn.shape(1) != kp.shape(1) || kn.shape(2) != kp.shape(2) ||
           vn.shape() != kn.shape()) {
         throw std::invalid_argument("paged_attention: new keys and values must be [N, KVH, D]");
       }
-      in.push_back(mx::contiguous(mx::astype(kn, mx::float32, st), false, st));
-      in.push_back(mx::contiguous(mx::astype(vn, mx::float32, st), false, st));
-      in.push_back(mx::contiguous(mx::astype(arr(slots), mx::int32, st), false, st));
+      in.push_back(rowc(mx::astype(kn, mx::float32, st), st));
+      in.push_back(rowc(mx::astype(vn, mx::float32, st), st));
+      in.push_back(rowc(mx::astype(arr(slots), mx::int32, st), st));
     }
     if (has_s) {
-      in.push_back(mx::contiguous(mx::astype(arr(sinks), mx::float32, st), false, st));
+      in.push_back(rowc(mx::astype(arr(sinks), mx::float32, st), st));
     }
     const int N = qa.shape(0), H = qa.shape(1), D = qa.shape(2), KVH = kp.shape(1);
     auto fn = [=](const std::vector<mx::array>& in, mx::array& out) {
@@ -1189,7 +1493,7 @@ int mlx_fast_buffer(mlx_array* res, const int* shape, size_t ndim, mlx_dtype dty
       set(res, mx::array(mx::allocator::malloc(n), sh, dt));
       return;
     }
-    mx::array z = mx::contiguous(mx::zeros(sh, dt, st), false, st);
+    mx::array z = rowc(mx::zeros(sh, dt, st), st);
     mx::eval(z);
     set(res, z);
   });
@@ -1225,6 +1529,14 @@ int mlx_fast_buffer_grow(mlx_array* res, const mlx_array old, int rows, const ml
 
 int mlx_fast_stream_is_cpu(const mlx_stream s) {
   return static_cast<mx::Stream*>(s.ctx)->device == mx::Device::cpu ? 1 : 0;
+}
+
+int mlx_fast_cpu_int8() {
+#if PROVIDER_X86
+  return have_vnni() ? 1 : 0;
+#else
+  return 0;
+#endif
 }
 
 int mlx_fast_cpu_threads(int n) {

@@ -15,6 +15,14 @@ extern "C" {
 int mlx_fast_affine_linear(mlx_array* res, const mlx_array x, const mlx_array w, const mlx_array scales,
                            const mlx_array biases, int group_size, int bits, const mlx_stream s);
 
+// mlx_fast_affine_linear_q8 is mlx_fast_affine_linear with the activations
+// quantized to signed 8-bit blocks of 32 (a float scale each) and the
+// products taken in integers (AVX-512 VNNI), where the processor has it,
+// the input length is whole chunks of 64 and the groups whole blocks of 32;
+// otherwise it is mlx_fast_affine_linear.
+int mlx_fast_affine_linear_q8(mlx_array* res, const mlx_array x, const mlx_array w, const mlx_array scales,
+                              const mlx_array biases, int group_size, int bits, const mlx_stream s);
+
 // The following are mlx_fast_rms_norm, mlx_fast_rope (offsets, when not
 // null, gives one offset per batch row and replaces offset) and
 // mlx_fast_scaled_dot_product_attention, evaluated as single fused CPU
@@ -50,6 +58,10 @@ int mlx_fast_buffer_grow(mlx_array* res, const mlx_array old, int rows, const ml
 
 // mlx_fast_stream_is_cpu is 1 for a CPU stream, else 0.
 int mlx_fast_stream_is_cpu(const mlx_stream s);
+
+// mlx_fast_cpu_int8 is 1 when mlx_fast_affine_linear_q8 can take its
+// integer path on this processor, else 0.
+int mlx_fast_cpu_int8(void);
 
 // mlx_fast_cpu_threads sets the threads of the CPU kernels (0: one per
 // hardware thread) and returns the number in use.

@@ -147,12 +147,12 @@ func TestAffineLinearFallsBackOffTheKernel(t *testing.T) {
 	})
 }
 
-// BenchmarkAffineLinear compares the kernel with MLX's CPU quantized_matmul
+// BenchmarkAffineLinear compares the kernels (integer, float) with MLX's CPU quantized_matmul
 // on a SmolLM2-sized MLP matrix (1536x576, 4-bit, groups of 32), by rows.
 func BenchmarkAffineLinear(b *testing.B) {
 	th := NewThread()
 	defer th.Close()
-	for _, kernel := range []string{"fast", "mlx"} {
+	for _, kernel := range []string{"q8", "fast", "mlx"} {
 		for _, m := range []int{1, 4, 8, 32, 128} {
 			b.Run(fmt.Sprintf("%s/rows=%d", kernel, m), func(b *testing.B) {
 				th.Do(func() {
@@ -170,9 +170,12 @@ func BenchmarkAffineLinear(b *testing.B) {
 					for range b.N {
 						g := NewFrame(s)
 						var y Array
-						if kernel == "fast" {
+						switch kernel {
+						case "q8":
+							y = g.AffineLinearQ8(x, w, sc, bi, 32, 4)
+						case "fast":
 							y = g.AffineLinear(x, w, sc, bi, 32, 4)
-						} else {
+						default:
 							y = g.QuantizedMatMul(x, w, sc, bi, true, 32, 4, "affine")
 						}
 						if err := g.Eval(y); err != nil {
@@ -332,4 +335,137 @@ func TestAffineLinearSameWithoutAVX512(t *testing.T) {
 			t.Fatalf("output %d: %v without AVX-512, %v with", i, math.Float32frombits(got[i]), math.Float32frombits(want[i]))
 		}
 	}
+}
+
+// q8Reference computes AffineLinearQ8's result on the host in float64:
+// each block of 32 activations quantized as the kernel does (float32
+// arithmetic, round half to even), times the weights MLX dequantizes.
+func q8Reference(x, wDeq []float32, m, n, k int) []float64 {
+	out := make([]float64, m*n)
+	q := make([]float64, k)
+	for r := range m {
+		xr := x[r*k : (r+1)*k]
+		for b := 0; b < k; b += 32 {
+			var amax float32
+			for _, v := range xr[b : b+32] {
+				amax = max(amax, float32(math.Abs(float64(v))))
+			}
+			d := amax / 127
+			var inv float32
+			if amax > 0 {
+				inv = 127 / amax
+			}
+			for i := b; i < b+32; i++ {
+				q[i] = math.RoundToEven(float64(xr[i]*inv)) * float64(d)
+			}
+		}
+		for j := range n {
+			var s float64
+			for i := range k {
+				s += q[i] * float64(wDeq[j*k+i])
+			}
+			out[r*n+j] = s
+		}
+	}
+	return out
+}
+
+// TestAffineLinearQ8 checks the integer kernel against q8Reference (the
+// same quantized activations, exact sums), against the float kernel (the
+// activations' rounding only), and that a row's output is the same float
+// alone and inside batches of every size under any thread count.
+func TestAffineLinearQ8(t *testing.T) {
+	onThread(t, func(_ Stream) {
+		s := CPU()
+		defer s.Free()
+		defer SetCPUThreads(0)
+		if !CPUInt8() {
+			t.Log("THIS PROCESSOR LACKS AVX-512 VNNI: AffineLinearQ8 is checked to equal AffineLinear only")
+		}
+		rng := rand.New(rand.NewPCG(9, 10))
+		for _, c := range []struct {
+			m, n, k, group, bits int
+			scales               Dtype
+		}{
+			{1, 37, 64, 32, 4, Float32},
+			{3, 64, 128, 32, 4, Float16},
+			{4, 33, 128, 64, 4, BFloat16},
+			{5, 48, 192, 32, 8, Float16},
+			{9, 20, 256, 128, 8, Float32},
+			{17, 70, 576, 32, 4, Float16},
+		} {
+			name := fmt.Sprintf("m%d_n%d_k%d_g%d_b%d_%v", c.m, c.n, c.k, c.group, c.bits, c.scales)
+			func() {
+				f := NewFrame(s)
+				defer f.Free()
+				w, sc, bi := quantized(f, rng, c.n, c.k, c.group, c.bits, c.scales)
+				xs := make([]float32, c.m*c.k)
+				for i := range xs {
+					xs[i] = float32(rng.NormFloat64())
+				}
+				xs[5] = 0 // a zero, and below a block of zeros (scale 0)
+				for i := 32; i < 64 && c.m*c.k >= 64; i++ {
+					xs[i] = 0
+				}
+				x := f.Float32s(xs, c.m, c.k)
+				got := f.ToFloat32s(f.AffineLinearQ8(x, w, sc, bi, c.group, c.bits))
+				flt := f.ToFloat32s(f.AffineLinear(x, w, sc, bi, c.group, c.bits))
+				deq := f.ToFloat32s(f.Dequantize(w, f.AsType(sc, Float32), f.AsType(bi, Float32), c.group, c.bits, "affine"))
+				if err := f.Err(); err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				if !CPUInt8() {
+					for i := range got {
+						if got[i] != flt[i] {
+							t.Fatalf("%s: without VNNI, output %d = %v, AffineLinear %v", name, i, got[i], flt[i])
+						}
+					}
+					return
+				}
+				want := q8Reference(xs, deq, c.m, c.n, c.k)
+				worst, drift := 0.0, 0.0
+				for i := range want {
+					worst = math.Max(worst, math.Abs(float64(got[i])-want[i]))
+					drift = math.Max(drift, math.Abs(float64(got[i]-flt[i])))
+				}
+				// Float32 sums of k products of ~0.05 against exact ones.
+				if worst > 2e-5 {
+					t.Fatalf("%s: max |q8 - reference| = %g, want <= 2e-5", name, worst)
+				}
+				// 8-bit activations move outputs of magnitude ~1 by ~1e-2.
+				if drift > 0.1 {
+					t.Fatalf("%s: max |q8 - float| = %g", name, drift)
+				}
+				t.Logf("%s: max |q8 - reference| %.2g, |q8 - float| %.2g", name, worst, drift)
+			}()
+		}
+
+		f := NewFrame(s)
+		defer f.Free()
+		const n, k, rows = 53, 192, 11
+		for _, bits := range []int{4, 8} {
+			w, sc, bi := quantized(f, rng, n, k, 32, bits, Float16)
+			x := randomRows(f, rng, rows, k)
+			alone := make([][]float32, rows)
+			for r := range rows {
+				alone[r] = f.ToFloat32s(f.AffineLinearQ8(f.Slice(x, []int{r, 0}, []int{r + 1, k}), w, sc, bi, 32, bits))
+			}
+			for _, threads := range []int{1, 2, 3} {
+				SetCPUThreads(threads)
+				for m := 1; m <= rows; m++ {
+					got := f.ToFloat32s(f.AffineLinearQ8(f.Slice(x, []int{0, 0}, []int{m, k}), w, sc, bi, 32, bits))
+					if err := f.Err(); err != nil {
+						t.Fatal(err)
+					}
+					for r := range m {
+						for j := range n {
+							if got[r*n+j] != alone[r][j] {
+								t.Fatalf("%d bits, threads %d, batch %d: row %d col %d = %v, alone %v", bits, threads, m, r, j, got[r*n+j], alone[r][j])
+							}
+						}
+					}
+				}
+			}
+		}
+	})
 }

@@ -64,6 +64,15 @@ type Config struct {
 	// their input activations to 8-bit blocks first, as llama.cpp does. Off
 	// by default: float activations are more exact.
 	ReferenceNumerics bool
+	// Int8Activations makes matmuls with 4- and 8-bit affine weights on
+	// the CPU quantize their input activations to signed 8-bit blocks of
+	// 32 (a float scale each, as llama.cpp's Q8 activation blocks) and
+	// multiply in integers (mlx.Frame.AffineLinearQ8: AVX-512 VNNI, where
+	// the processor has it). Faster at decode batch sizes; outputs move
+	// by the activations' rounding. Serving turns it on for CPU streams;
+	// off (float activations) by default and in the reference suites.
+	// ReferenceNumerics takes precedence.
+	Int8Activations bool
 	// LocalRoPE, when its Dims is non-zero, is the rotary embedding of the
 	// sliding-window layers (Kinds[i].Window > 0); RoPE then serves the
 	// full-attention layers only (Gemma 3: base 10,000 local, 1,000,000

@@ -107,6 +107,10 @@ func (m *Model) Upload(s mlx.Stream) (*Weights, error) {
 	w := &Weights{byName: make(map[string]*Weight, len(names))}
 	for _, n := range names {
 		dw, err := upload(s, m.Tensors[n], m.Config.ActDType, m.Config.ReferenceNumerics)
+		if err == nil && !m.Config.ReferenceNumerics && m.Config.Int8Activations && s.IsCPU() && dw.Quantized() &&
+			(dw.Mode == "" || dw.Mode == "affine") && (dw.Bits == 4 || dw.Bits == 8) {
+			dw.Int8 = true
+		}
 		if err != nil {
 			w.Free()
 			return nil, fmt.Errorf("model: upload: %w", err)

@@ -96,6 +96,9 @@ type Weight struct {
 	// ActScaleHalf rounds each block's scale to float16, as Q8_0 and Q8_1
 	// activation blocks store it (Q8_K keeps float32).
 	ActScaleHalf bool
+	// Int8 computes Linear with mlx.Frame.AffineLinearQ8 (see
+	// Config.Int8Activations).
+	Int8 bool
 }
 
 // Quantized reports whether W holds packed quantized values.
@@ -128,6 +131,9 @@ func (w *Weight) Linear(f *mlx.Frame, x mlx.Array) mlx.Array {
 		x = quantizeActivations(f, x, w.ActBlock, w.ActScaleHalf)
 	}
 	if w.Quantized() {
+		if w.Int8 {
+			return f.AffineLinearQ8(x, w.W, w.Scales, w.Biases, w.GroupSize, w.Bits)
+		}
 		if w.Mode == "" || w.Mode == "affine" {
 			return f.AffineLinear(x, w.W, w.Scales, w.Biases, w.GroupSize, w.Bits)
 		}

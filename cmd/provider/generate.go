@@ -88,6 +88,7 @@ func runGenerate(args []string) error {
 			return
 		}
 		defer s.Free()
+		cpuNumerics(&m.Config, s)
 		w, uerr := upload(s)
 		if uerr != nil {
 			err = uerr

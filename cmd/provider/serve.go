@@ -277,11 +277,7 @@ func loadModel(open func() (*model.Model, string, uploader, error), device strin
 		if l.s, err = stream(device); err != nil {
 			return
 		}
-		if l.s.IsCPU() {
-			// MLX's CPU kernels (the experts' gathered matmuls among them)
-			// run in float32; a half-precision checkpoint is widened.
-			m.Config.ActDType = mlx.Float32
-		}
+		cpuNumerics(&m.Config, l.s)
 		if l.w, err = upload(l.s); err != nil {
 			return
 		}
@@ -295,6 +291,21 @@ func loadModel(open func() (*model.Model, string, uploader, error), device strin
 		return nil, fmt.Errorf("serve: %s: %w", name, err)
 	}
 	return l, nil
+}
+
+// cpuNumerics sets a model's numerics for a CPU stream: float32
+// activations (MLX's CPU kernels, the experts' gathered matmuls among them,
+// run in float32; a half-precision checkpoint is widened), and, with
+// PROVIDER_CPU_INT8=1, 8-bit activations into the integer matmul kernel
+// (model.Config.Int8Activations; off by default: on a 2-core machine it
+// measured 10 % faster at 8 and 32 rows a step and slower at one). Other
+// streams are left as they are.
+func cpuNumerics(c *model.Config, s mlx.Stream) {
+	if !s.IsCPU() {
+		return
+	}
+	c.ActDType = mlx.Float32
+	c.Int8Activations = os.Getenv("PROVIDER_CPU_INT8") == "1"
 }
 
 // prefixBudget is a model's prefix cache budget: requested bytes (0:
