@@ -698,6 +698,35 @@ PROVIDER_VNNI inline __m512 q8_bias(const S* bias, int blocks, int bpg, __m512i 
   return acc;
 }
 
+// q8_chunk adds chunk c's products for outputs n .. n+NW-1 and rows r0 ..
+// r0+M-1 (xq and dv at row r0) into accumulator A of each.
+template <typename S, int BITS, int M, int NW, int A>
+PROVIDER_VNNI inline void q8_chunk(const Job& j, const int8_t* xq, const float* dv, int chunks, const uint8_t* row,
+                                   int bytes, const S* sc, int groups, int per, int c, __m512 (&acc)[NW][M][2]) {
+  __m512i w[NW];
+  __m512 sv[NW];
+  for (int i = 0; i < NW; i++) {
+    const uint8_t* ri = row + static_cast<size_t>(i) * bytes;
+    if constexpr (BITS == 4) {
+      const __m256i p = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ri + c * 32));
+      const __m256i m4 = _mm256_set1_epi8(0x0F);
+      w[i] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(p, m4)),
+                                _mm256_and_si256(_mm256_srli_epi16(p, 4), m4), 1);
+    } else {
+      w[i] = _mm512_loadu_si512(ri + c * 64);
+    }
+    sv[i] = q8_param<S, BITS>(sc + static_cast<size_t>(i) * groups, c, per);
+  }
+  for (int r = 0; r < M; r++) {
+    const __m512i xv = _mm512_loadu_si512(xq + static_cast<size_t>(r) * j.k + c * 64);
+    const __m512 d = _mm512_loadu_ps(dv + (static_cast<size_t>(r) * chunks + c) * 16);
+    for (int i = 0; i < NW; i++) {
+      const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[i], xv);
+      acc[i][r][A] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dot), d), sv[i], acc[i][r][A]);
+    }
+  }
+}
+
 // q8_direct computes outputs n .. n+NW-1 for activation rows r0 ..
 // r0+M-1 (M at most 4, NW at most 2): each chunk's weights are unpacked
 // once into registers and each chunk's activations loaded once for all of
@@ -718,29 +747,15 @@ PROVIDER_VNNI void q8_direct(const Job& j, const Q8& q, int r0, const uint8_t* r
   }
   const int8_t* xq = q.xq.data() + static_cast<size_t>(r0) * j.k;
   const float* dv = q.dv.data() + static_cast<size_t>(r0) * chunks * 16;
-  for (int c = 0; c < chunks; c++) {
-    __m512i w[NW];
-    __m512 sv[NW];
-    for (int i = 0; i < NW; i++) {
-      const uint8_t* ri = row + static_cast<size_t>(i) * bytes;
-      if constexpr (BITS == 4) {
-        const __m256i p = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ri + c * 32));
-        const __m256i m4 = _mm256_set1_epi8(0x0F);
-        w[i] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(p, m4)),
-                                  _mm256_and_si256(_mm256_srli_epi16(p, 4), m4), 1);
-      } else {
-        w[i] = _mm512_loadu_si512(ri + c * 64);
-      }
-      sv[i] = q8_param<S, BITS>(sc + static_cast<size_t>(i) * groups, c, per);
-    }
-    for (int r = 0; r < M; r++) {
-      const __m512i xv = _mm512_loadu_si512(xq + static_cast<size_t>(r) * j.k + c * 64);
-      const __m512 d = _mm512_loadu_ps(dv + (static_cast<size_t>(r) * chunks + c) * 16);
-      for (int i = 0; i < NW; i++) {
-        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[i], xv);
-        acc[i][r][c & 1] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dot), d), sv[i], acc[i][r][c & 1]);
-      }
-    }
+  // Even chunks into accumulator 0, odd ones into 1, by constant index so
+  // that the accumulators stay in registers.
+  int c = 0;
+  for (; c + 2 <= chunks; c += 2) {
+    q8_chunk<S, BITS, M, NW, 0>(j, xq, dv, chunks, row, bytes, sc, groups, per, c, acc);
+    q8_chunk<S, BITS, M, NW, 1>(j, xq, dv, chunks, row, bytes, sc, groups, per, c + 1, acc);
+  }
+  if (c < chunks) {
+    q8_chunk<S, BITS, M, NW, 0>(j, xq, dv, chunks, row, bytes, sc, groups, per, c, acc);
   }
   const int blocks = j.k / 32, bpg = j.group / 32;
   for (int i = 0; i < NW; i++) {
