@@ -91,32 +91,40 @@ func TestAffineLinearBatchInvariant(t *testing.T) {
 		// buffer, in register tiles of 6 rows where AVX-512 is available
 		// (19 rows: three whole tiles and a remainder; 53 outputs: whole
 		// tiles of 4 weight rows and a remainder).
-		const n, k, rows = 53, 160, 19
-		for _, bits := range []int{4, 8} {
-			w, sc, bi := quantized(f, rng, n, k, 32, bits, Float16)
-			x := randomRows(f, rng, rows, k)
-			alone := make([][]float32, rows)
-			for r := range rows {
-				alone[r] = f.ToFloat32s(f.AffineLinear(f.Slice(x, []int{r, 0}, []int{r + 1, k}), w, sc, bi, 32, bits))
-			}
-			for _, threads := range []int{1, 2, 3} {
-				SetCPUThreads(threads)
-				for m := 1; m <= rows; m++ {
-					got := f.ToFloat32s(f.AffineLinear(f.Slice(x, []int{0, 0}, []int{m, k}), w, sc, bi, 32, bits))
-					if err := f.Err(); err != nil {
-						t.Fatal(err)
-					}
-					for r := range m {
-						for j := range n {
-							if got[r*n+j] != alone[r][j] {
-								t.Fatalf("%d bits, threads %d, batch %d: row %d col %d = %v, alone %v", bits, threads, m, r, j, got[r*n+j], alone[r][j])
-							}
+		checkBatchInvariant(t, f, rng, 53, 160, 19, f.AffineLinear)
+	})
+}
+
+// checkBatchInvariant checks that linear gives each of rows activation
+// rows the same floats alone and inside batches of every size up to rows,
+// under 1, 2 and 3 threads, for 4- and 8-bit [n, k] weights.
+func checkBatchInvariant(t *testing.T, f *Frame, rng *rand.Rand, n, k, rows int, linear func(x, w, scales, biases Array, groupSize, bits int) Array) {
+	t.Helper()
+	defer SetCPUThreads(0)
+	for _, bits := range []int{4, 8} {
+		w, sc, bi := quantized(f, rng, n, k, 32, bits, Float16)
+		x := randomRows(f, rng, rows, k)
+		alone := make([][]float32, rows)
+		for r := range rows {
+			alone[r] = f.ToFloat32s(linear(f.Slice(x, []int{r, 0}, []int{r + 1, k}), w, sc, bi, 32, bits))
+		}
+		for _, threads := range []int{1, 2, 3} {
+			SetCPUThreads(threads)
+			for m := 1; m <= rows; m++ {
+				got := f.ToFloat32s(linear(f.Slice(x, []int{0, 0}, []int{m, k}), w, sc, bi, 32, bits))
+				if err := f.Err(); err != nil {
+					t.Fatal(err)
+				}
+				for r := range m {
+					for j := range n {
+						if got[r*n+j] != alone[r][j] {
+							t.Fatalf("%d bits, threads %d, batch %d: row %d col %d = %v, alone %v", bits, threads, m, r, j, got[r*n+j], alone[r][j])
 						}
 					}
 				}
 			}
 		}
-	})
+	}
 }
 
 func TestAffineLinearFallsBackOffTheKernel(t *testing.T) {
@@ -442,30 +450,8 @@ func TestAffineLinearQ8(t *testing.T) {
 
 		f := NewFrame(s)
 		defer f.Free()
-		const n, k, rows = 53, 192, 11
-		for _, bits := range []int{4, 8} {
-			w, sc, bi := quantized(f, rng, n, k, 32, bits, Float16)
-			x := randomRows(f, rng, rows, k)
-			alone := make([][]float32, rows)
-			for r := range rows {
-				alone[r] = f.ToFloat32s(f.AffineLinearQ8(f.Slice(x, []int{r, 0}, []int{r + 1, k}), w, sc, bi, 32, bits))
-			}
-			for _, threads := range []int{1, 2, 3} {
-				SetCPUThreads(threads)
-				for m := 1; m <= rows; m++ {
-					got := f.ToFloat32s(f.AffineLinearQ8(f.Slice(x, []int{0, 0}, []int{m, k}), w, sc, bi, 32, bits))
-					if err := f.Err(); err != nil {
-						t.Fatal(err)
-					}
-					for r := range m {
-						for j := range n {
-							if got[r*n+j] != alone[r][j] {
-								t.Fatalf("%d bits, threads %d, batch %d: row %d col %d = %v, alone %v", bits, threads, m, r, j, got[r*n+j], alone[r][j])
-							}
-						}
-					}
-				}
-			}
-		}
+		// Outputs in pairs, rows four at a time: 53 outputs and 11 rows
+		// leave remainders of both.
+		checkBatchInvariant(t, f, rng, 53, 192, 11, f.AffineLinearQ8)
 	})
 }
