@@ -472,6 +472,21 @@ PROVIDER_AVX512 void direct512(const Job& j, const uint32_t* row, const float* f
   }
 }
 
+// prefetch_row asks for a weight row's bytes and its group parameters
+// ahead of use: the three streams of a decode matmul are followed poorly
+// by the hardware prefetchers, and at one activation row the kernel
+// otherwise waits on memory.
+inline void prefetch_row(const void* w, int wbytes, const void* s, const void* b, int pbytes) {
+  const char* wc = static_cast<const char*>(w);
+  for (int o = 0; o < wbytes; o += 64) {
+    _mm_prefetch(wc + o, _MM_HINT_T0);
+  }
+  for (int o = 0; o < pbytes; o += 64) {
+    _mm_prefetch(static_cast<const char*>(s) + o, _MM_HINT_T0);
+    _mm_prefetch(static_cast<const char*>(b) + o, _MM_HINT_T0);
+  }
+}
+
 // rows512 is rows_avx2 with direct512. It is a copy, not a template over
 // the two: a function compiled for the AVX-512 target may use AVX-512
 // instructions anywhere in its body, so the AVX2 path must not share one.
@@ -482,6 +497,10 @@ PROVIDER_AVX512 void rows512(const Job& j, int n0, int n1, float* fs, float* fb)
   const S* sc = static_cast<const S*>(j.scales);
   const S* bi = static_cast<const S*>(j.biases);
   for (int n = n0; n < n1; n++) {
+    if (n + 2 < n1) {
+      prefetch_row(j.w + static_cast<size_t>(n + 2) * words, words * 4, sc + static_cast<size_t>(n + 2) * groups,
+                   bi + static_cast<size_t>(n + 2) * groups, groups * static_cast<int>(sizeof(S)));
+    }
     const uint32_t* row = j.w + static_cast<size_t>(n) * words;
     group_params<S>(sc + static_cast<size_t>(n) * groups, bi + static_cast<size_t>(n) * groups, groups, fs, fb);
     switch (j.m) {
@@ -636,35 +655,6 @@ void q8_prepare(const Job& j, int bits, Q8& q, int r0, int r1) {
   }
 }
 
-// q8_at is a group parameter as float.
-template <typename S>
-PROVIDER_VNNI inline float q8_at(const S* p, int g) {
-  if constexpr (std::is_same_v<S, float>) {
-    return p[g];
-  } else if constexpr (std::is_same_v<S, mx::float16_t>) {
-    uint16_t h;
-    std::memcpy(&h, p + g, 2);
-    return _cvtsh_ss(h);
-  } else {
-    uint16_t h;
-    std::memcpy(&h, p + g, 2);
-    const uint32_t u = static_cast<uint32_t>(h) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-  }
-}
-
-template <typename S, int BITS>
-PROVIDER_VNNI inline __m512 q8_param(const S* p, int c, int per) {
-  auto at = [p](int g) { return q8_at<S>(p, g); };
-  if (per > 0) {
-    return _mm512_set1_ps(at(c / per));
-  }
-  constexpr __mmask16 second = BITS == 4 ? 0xF0F0 : 0xFF00;  // lanes of the chunk's second block
-  return _mm512_mask_blend_ps(second, _mm512_set1_ps(at(2 * c)), _mm512_set1_ps(at(2 * c + 1)));
-}
-
 // q8_groups loads up to 16 group parameters (count of them, the rest zero)
 // as float.
 template <typename S>
@@ -700,9 +690,12 @@ PROVIDER_VNNI inline __m512 q8_bias(const S* bias, int blocks, int bpg, __m512i 
 
 // q8_chunk adds chunk c's products for outputs n .. n+NW-1 and rows r0 ..
 // r0+M-1 (xq and dv at row r0) into accumulator A of each.
-template <typename S, int BITS, int M, int NW, int A>
+template <int BITS, int M, int NW, int A>
 PROVIDER_VNNI inline void q8_chunk(const Job& j, const int8_t* xq, const float* dv, int chunks, const uint8_t* row,
-                                   int bytes, const S* sc, int groups, int per, int c, __m512 (&acc)[NW][M][2]) {
+                                   int bytes, const float* fs, int gs, int per, int c, __m512 (&acc)[NW][M][2]) {
+  // A chunk's two blocks' scales spread to its lane pattern (groups of 32).
+  const __m512i pattern = BITS == 4 ? _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1)
+                                    : _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
   __m512i w[NW];
   __m512 sv[NW];
   for (int i = 0; i < NW; i++) {
@@ -715,7 +708,13 @@ PROVIDER_VNNI inline void q8_chunk(const Job& j, const int8_t* xq, const float* 
     } else {
       w[i] = _mm512_loadu_si512(ri + c * 64);
     }
-    sv[i] = q8_param<S, BITS>(sc + static_cast<size_t>(i) * groups, c, per);
+    const float* f = fs + static_cast<size_t>(i) * gs;
+    if (per > 0) {
+      sv[i] = _mm512_set1_ps(f[c / per]);
+    } else {
+      sv[i] = _mm512_permutexvar_ps(
+          pattern, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(f + 2 * c)))));
+    }
   }
   for (int r = 0; r < M; r++) {
     const __m512i xv = _mm512_loadu_si512(xq + static_cast<size_t>(r) * j.k + c * 64);
@@ -736,8 +735,8 @@ PROVIDER_VNNI inline void q8_chunk(const Job& j, const int8_t* xq, const float* 
 // accumulate apart, the bias terms (q8_bias) in a third register, and the
 // three are added and reduced in that order.
 template <typename S, int BITS, int M, int NW>
-PROVIDER_VNNI void q8_direct(const Job& j, const Q8& q, int r0, const uint8_t* row, int bytes, const S* sc, const S* bi,
-                             int groups, int per, __m512i spread, int n) {
+PROVIDER_VNNI void q8_direct(const Job& j, const Q8& q, int r0, const uint8_t* row, int bytes, const float* fs, int gs,
+                             const S* bi, int groups, int per, __m512i spread, int n) {
   const int chunks = j.k / 64;
   __m512 acc[NW][M][2];
   for (int i = 0; i < NW; i++) {
@@ -751,11 +750,11 @@ PROVIDER_VNNI void q8_direct(const Job& j, const Q8& q, int r0, const uint8_t* r
   // that the accumulators stay in registers.
   int c = 0;
   for (; c + 2 <= chunks; c += 2) {
-    q8_chunk<S, BITS, M, NW, 0>(j, xq, dv, chunks, row, bytes, sc, groups, per, c, acc);
-    q8_chunk<S, BITS, M, NW, 1>(j, xq, dv, chunks, row, bytes, sc, groups, per, c + 1, acc);
+    q8_chunk<BITS, M, NW, 0>(j, xq, dv, chunks, row, bytes, fs, gs, per, c, acc);
+    q8_chunk<BITS, M, NW, 1>(j, xq, dv, chunks, row, bytes, fs, gs, per, c + 1, acc);
   }
   if (c < chunks) {
-    q8_chunk<S, BITS, M, NW, 0>(j, xq, dv, chunks, row, bytes, sc, groups, per, c, acc);
+    q8_chunk<BITS, M, NW, 0>(j, xq, dv, chunks, row, bytes, fs, gs, per, c, acc);
   }
   const int blocks = j.k / 32, bpg = j.group / 32;
   for (int i = 0; i < NW; i++) {
@@ -769,9 +768,10 @@ PROVIDER_VNNI void q8_direct(const Job& j, const Q8& q, int r0, const uint8_t* r
 }
 
 // q8_rows computes output rows [n0, n1) for every activation row: pairs
-// of outputs by up to four rows at a time.
+// of outputs by up to four rows at a time. fs has room for two rows' group
+// scales as float, each padded to whole 16-lane registers.
 template <typename S, int BITS>
-PROVIDER_VNNI void q8_rows(const Job& j, const Q8& q, int n0, int n1) {
+PROVIDER_VNNI void q8_rows(const Job& j, const Q8& q, int n0, int n1, float* fs) {
   const int bytes = j.k * BITS / 8;
   const int groups = j.k / j.group;
   const int per = j.group / 64;
@@ -788,9 +788,21 @@ PROVIDER_VNNI void q8_rows(const Job& j, const Q8& q, int n0, int n1) {
     const uint8_t* row = reinterpret_cast<const uint8_t*>(j.w) + static_cast<size_t>(n) * bytes;
     const S* s = sc + static_cast<size_t>(n) * groups;
     const S* b = bi + static_cast<size_t>(n) * groups;
+    const int gs = (groups + 15) / 16 * 16;
+    // The next pair's weights and group parameters (prefetch_row).
+    if (n + 2 < n1) {
+      const size_t ahead = static_cast<size_t>(n + 2);
+      prefetch_row(reinterpret_cast<const char*>(j.w) + ahead * bytes, 2 * bytes, sc + ahead * groups,
+                   bi + ahead * groups, 2 * groups * static_cast<int>(sizeof(S)));
+    }
+    for (int i = 0; i < nw; i++) {
+      for (int g = 0; g < groups; g += 16) {
+        _mm512_storeu_ps(fs + i * gs + g, q8_groups<S>(s + static_cast<size_t>(i) * groups + g, std::min(16, groups - g)));
+      }
+    }
     for (int r0 = 0; r0 < j.m; r0 += 4) {
       const int m = std::min(4, j.m - r0);
-#define PROVIDER_Q8(M, NW) q8_direct<S, BITS, M, NW>(j, q, r0, row, bytes, s, b, groups, per, spread, n)
+#define PROVIDER_Q8(M, NW) q8_direct<S, BITS, M, NW>(j, q, r0, row, bytes, fs, gs, b, groups, per, spread, n)
       if (nw == 2) {
         switch (m) {
           case 1: PROVIDER_Q8(1, 2); break;
@@ -909,9 +921,14 @@ void run_job_q8(const Job& j) {
   const int chunk = std::max(2, std::min(16, j.n / (8 * Pool::get().threads())) / 2 * 2);
   const int tasks = (j.n + chunk - 1) / chunk;
   Pool::get().run(tasks, [&](int t) {
+    thread_local std::vector<float> fs;
+    const size_t need = 2 * static_cast<size_t>((j.k / j.group + 15) / 16 * 16);
+    if (fs.size() < need) {
+      fs.resize(need);
+    }
     const int n0 = t * chunk;
     const int n1 = std::min(j.n, n0 + chunk);
-    j.bits == 4 ? q8_rows<S, 4>(j, q, n0, n1) : q8_rows<S, 8>(j, q, n0, n1);
+    j.bits == 4 ? q8_rows<S, 4>(j, q, n0, n1, fs.data()) : q8_rows<S, 8>(j, q, n0, n1, fs.data());
   });
 #endif
 }

@@ -455,3 +455,69 @@ func TestAffineLinearQ8(t *testing.T) {
 		checkBatchInvariant(t, f, rng, 53, 192, 11, f.AffineLinearQ8)
 	})
 }
+
+// BenchmarkDecodeMatmuls evaluates every matmul of one SmolLM2-135M decode
+// step at one row (30 layers of q, k, v, o, gate, up and down at 4 bits,
+// groups of 32, and the 8-bit output head) as one graph, with the float
+// and the integer kernel: the weights are about 98 MB, so the time also
+// says how close a kernel streams to memory speed.
+func BenchmarkDecodeMatmuls(b *testing.B) {
+	th := NewThread()
+	defer th.Close()
+	type mat struct {
+		w, sc, bi Array
+		k, bits   int
+	}
+	var (
+		s    Stream
+		mats []mat
+		xs   map[int]Array
+		err  error
+	)
+	th.Do(func() {
+		s = CPU()
+		f := NewFrame(s)
+		rng := rand.New(rand.NewPCG(7, 8))
+		shapes := [][2]int{{576, 576}, {192, 576}, {192, 576}, {576, 576}, {1536, 576}, {1536, 576}, {576, 1536}}
+		for range 30 {
+			for _, sh := range shapes {
+				w, sc, bi := quantized(f, rng, sh[0], sh[1], 32, 4, Float16)
+				mats = append(mats, mat{w, sc, bi, sh[1], 4})
+			}
+		}
+		w, sc, bi := quantized(f, rng, 49152, 576, 32, 8, Float16)
+		mats = append(mats, mat{w, sc, bi, 576, 8})
+		xs = map[int]Array{576: randomRows(f, rng, 1, 576), 1536: randomRows(f, rng, 1, 1536)}
+		for _, m := range mats {
+			if err = f.Eval(m.w, m.sc, m.bi); err != nil {
+				return
+			}
+		}
+		err = f.Eval(xs[576], xs[1536])
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer th.Do(func() { s.Free() })
+	for _, kernel := range []string{"float", "q8"} {
+		b.Run(kernel, func(b *testing.B) {
+			th.Do(func() {
+				for range b.N {
+					g := NewFrame(s)
+					outs := make([]Array, 0, len(mats))
+					for _, m := range mats {
+						if kernel == "q8" {
+							outs = append(outs, g.AffineLinearQ8(xs[m.k], m.w, m.sc, m.bi, 32, m.bits))
+						} else {
+							outs = append(outs, g.AffineLinear(xs[m.k], m.w, m.sc, m.bi, 32, m.bits))
+						}
+					}
+					if err := g.Eval(outs...); err != nil {
+						b.Fatal(err)
+					}
+					g.Free()
+				}
+			})
+		})
+	}
+}
