@@ -297,9 +297,9 @@ func loadModel(open func() (*model.Model, string, uploader, error), device strin
 // activations (MLX's CPU kernels, the experts' gathered matmuls among them,
 // run in float32; a half-precision checkpoint is widened), and, with
 // PROVIDER_CPU_INT8=1, 8-bit activations into the integer matmul kernel
-// (model.Config.Int8Activations; off by default: on a 2-core machine it
-// measured 10 % faster at 8 and 32 rows a step and slower at one). Other
-// streams are left as they are.
+// (model.Config.Int8Activations; off by default: its matmuls are faster
+// but whole decode steps have not yet measured clearly faster, and it
+// changes the outputs). Other streams are left as they are.
 func cpuNumerics(c *model.Config, s mlx.Stream) {
 	if !s.IsCPU() {
 		return
