@@ -23,11 +23,14 @@ var ErrNoVisionTokens = errors.New("vocabulary lacks the vision tower's tokens")
 
 // Vision loads the vision tower of a checkpoint that has one and returns it
 // as the pipeline's stages.Vision; (nil, nil) when the checkpoint is
-// text-only. The tower's math runs on th (the model's MLX thread) on
-// stream s, between the engine's steps. Gemma 3's and Gemma 4's towers are
-// built; another architecture whose config describes a vision tower is
-// refused rather than served text-only.
-func Vision(m *model.Model, th *mlx.Thread, s mlx.Stream) (stages.Vision, error) {
+// text-only. The tower gets its own MLX thread and a stream of its own on
+// s's device, so it runs beside the engine's steps rather than between
+// them (MLX evaluates the graphs of different threads concurrently when
+// each thread has its own stream and no graph depends on another's
+// arrays); its Close ends both. Gemma 3's and Gemma 4's towers are built;
+// another architecture whose config describes a vision tower is refused
+// rather than served text-only.
+func Vision(m *model.Model, _ *mlx.Thread, s mlx.Stream) (stages.Vision, error) {
 	if m.Format != "hf" {
 		return nil, nil
 	}
@@ -44,18 +47,60 @@ func Vision(m *model.Model, th *mlx.Thread, s mlx.Stream) (stages.Vision, error)
 	if len(probe.Vision) == 0 || string(probe.Vision) == "null" {
 		return nil, nil
 	}
-	if m.Config.Arch == "gemma4" {
-		return gemma4Vision(m, th, s)
-	}
-	if m.Config.Arch != "gemma3" {
+	if m.Config.Arch != "gemma3" && m.Config.Arch != "gemma4" {
 		return nil, fmt.Errorf("family: %w: a %s vision tower", model.ErrUnsupportedArch, m.Config.Arch)
 	}
-	var v *gemma3.Vision
-	th.Do(func() { v, err = gemma3.LoadVision(m.Path, s, m.Config.ActDType) })
+	th, ts, err := towerThread(s)
 	if err != nil {
 		return nil, err
 	}
-	g := &gemma3Tower{v: v, th: th, s: s}
+	// On an error the loaders end th and ts themselves.
+	if m.Config.Arch == "gemma4" {
+		return gemma4Vision(m, th, ts)
+	}
+	return gemma3Vision(m, th, ts)
+}
+
+// endThread frees a tower's stream and ends its thread, for a tower that
+// failed to load.
+func endThread(th *mlx.Thread, ts mlx.Stream) {
+	th.Do(ts.Free)
+	th.Close()
+}
+
+// towerThread starts a tower's MLX thread with its own stream on the
+// device of s.
+func towerThread(s mlx.Stream) (*mlx.Thread, mlx.Stream, error) {
+	th := mlx.NewThread()
+	var ts mlx.Stream
+	var err error
+	th.Do(func() {
+		if s.IsCPU() {
+			ts = mlx.CPU()
+		} else {
+			ts, err = mlx.GPU()
+		}
+	})
+	if err != nil {
+		th.Close()
+		return nil, mlx.Stream{}, fmt.Errorf("family: vision tower stream: %w", err)
+	}
+	return th, ts, nil
+}
+
+// gemma3Vision loads Gemma 3's tower on th and ts, which it owns from
+// then on.
+func gemma3Vision(m *model.Model, th *mlx.Thread, ts mlx.Stream) (stages.Vision, error) {
+	var (
+		v   *gemma3.Vision
+		err error
+	)
+	th.Do(func() { v, err = gemma3.LoadVision(m.Path, ts, m.Config.ActDType) })
+	if err != nil {
+		endThread(th, ts)
+		return nil, err
+	}
+	g := &gemma3Tower{v: v, th: th, s: ts}
 	c := v.Config
 	names, err := towerTokens(m, g, c.TextHidden, c.StartOfImage, c.ImageToken, c.EndOfImage)
 	if err != nil {
@@ -70,7 +115,7 @@ func Vision(m *model.Model, th *mlx.Thread, s mlx.Stream) (stages.Vision, error)
 // towerTokens checks a loaded tower against m (its soft tokens' width is
 // the text hidden size; each of ids is a token of its own in the
 // vocabulary) and returns the ids' texts; on a mismatch it closes the
-// tower.
+// tower (its thread and stream with it).
 func towerTokens(m *model.Model, tower interface{ Close() }, textHidden int, ids ...int32) ([]string, error) {
 	if textHidden != m.Config.Hidden {
 		tower.Close()
@@ -133,8 +178,15 @@ func (g *gemma3Tower) Encode(ctx context.Context, img *media.Image) (stages.Medi
 	return stages.MediaItem{Token: c.ImageToken, Count: c.TokensPerImage, Hash: img.Hash, Embeds: soft}, nil
 }
 
-// Close releases the tower's weights; call it once no request uses it.
-func (g *gemma3Tower) Close() { g.th.Do(g.free) }
+// Close releases the tower's weights, stream and thread; call it once no
+// request uses it.
+func (g *gemma3Tower) Close() {
+	g.th.Do(func() {
+		g.free()
+		g.s.Free()
+	})
+	g.th.Close()
+}
 
 func (g *gemma3Tower) free() {
 	if g.v != nil {
@@ -147,7 +199,7 @@ func (g *gemma3Tower) free() {
 // placeholder token itself for an image part; Gemma4Processor turns each
 // into the start-of-image token, as many placeholders as the image's size
 // gives soft tokens, and the end-of-image token. Likewise for a video's
-// placeholder and its frames.
+// placeholder and its frames. It owns th and s from then on.
 func gemma4Vision(m *model.Model, th *mlx.Thread, s mlx.Stream) (stages.Vision, error) {
 	var (
 		v   *gemma4.Vision
@@ -155,6 +207,7 @@ func gemma4Vision(m *model.Model, th *mlx.Thread, s mlx.Stream) (stages.Vision, 
 	)
 	th.Do(func() { v, err = gemma4.LoadVision(m.Path, s, m.Config.ActDType) })
 	if err != nil {
+		endThread(th, s)
 		return nil, err
 	}
 	g := &gemma4Tower{v: v, th: th, s: s}
@@ -241,14 +294,17 @@ func (g *gemma4Tower) encode(ctx context.Context, img *media.Image, proc gemma4.
 	return stages.MediaItem{Token: token, Count: n, Hash: img.Hash, Embeds: soft}, nil
 }
 
-// Close releases the tower's weights; call it once no request uses it.
+// Close releases the tower's weights, stream and thread; call it once no
+// request uses it.
 func (g *gemma4Tower) Close() {
 	g.th.Do(func() {
 		if g.v != nil {
 			g.v.Free()
 			g.v = nil
 		}
+		g.s.Free()
 	})
+	g.th.Close()
 }
 
 var _ stages.VideoVision = (*gemma4Tower)(nil)

@@ -23,12 +23,13 @@
 //
 // A model with a vision tower (Model.Vision) gets chat content parts as
 // lists ({"type": "image"} where an image was), so its template writes its
-// image marker in place; Template replaces each marker with the tower's
-// prompt for that decoded image (its size may set the number of soft
-// tokens; media is decoded first for that reason and so that bad media is
-// refused before any tokenizing) (Gemma 3: "\n\n<start_of_image>", 256 <image_soft_token>,
-// "<end_of_image>\n\n", as its processor does) before tokenizing. The
-// tower runs on the model's MLX thread between engine steps; its soft
+// image marker in place; Template replaces each marker, before tokenizing,
+// with the tower's prompt for that decoded image, as the model's processor
+// writes it (Gemma 3: "\n\n<start_of_image>", 256 <image_soft_token>,
+// "<end_of_image>\n\n"). An image's size may set its number of soft
+// tokens: media is decoded first for that reason, and so that bad media is
+// refused before any tokenizing. The tower runs on an MLX thread and stream
+// of its own, beside the engine's steps (package family); its soft
 // tokens travel as engine.Generation.Embeds, written over the placeholders'
 // embeddings by the family's forward pass, and each placeholder run is a
 // span: attended bidirectionally, never split by a prefill chunk, keyed in
