@@ -50,59 +50,86 @@ func Vision(m *model.Model, _ *mlx.Thread, s mlx.Stream) (stages.Vision, error) 
 	if m.Config.Arch != "gemma3" && m.Config.Arch != "gemma4" {
 		return nil, fmt.Errorf("family: %w: a %s vision tower", model.ErrUnsupportedArch, m.Config.Arch)
 	}
-	th, ts, err := towerThread(s)
+	r, err := newTowerRun(s)
 	if err != nil {
 		return nil, err
 	}
-	// On an error the loaders end th and ts themselves.
+	// On an error the loaders close r.
 	if m.Config.Arch == "gemma4" {
-		return gemma4Vision(m, th, ts)
+		return gemma4Vision(m, r)
 	}
-	return gemma3Vision(m, th, ts)
+	return gemma3Vision(m, r)
 }
 
-// endThread frees a tower's stream and ends its thread, for a tower that
-// failed to load.
-func endThread(th *mlx.Thread, ts mlx.Stream) {
-	th.Do(ts.Free)
-	th.Close()
+// towerRun is a tower's own MLX thread and stream, and the release of
+// its weights.
+type towerRun struct {
+	th   *mlx.Thread
+	s    mlx.Stream
+	free func() // releases the weights; nil until they are loaded
 }
 
-// towerThread starts a tower's MLX thread with its own stream on the
+// newTowerRun starts a tower's MLX thread with its own stream on the
 // device of s.
-func towerThread(s mlx.Stream) (*mlx.Thread, mlx.Stream, error) {
-	th := mlx.NewThread()
-	var ts mlx.Stream
+func newTowerRun(s mlx.Stream) (*towerRun, error) {
+	r := &towerRun{th: mlx.NewThread()}
 	var err error
-	th.Do(func() {
+	r.th.Do(func() {
 		if s.IsCPU() {
-			ts = mlx.CPU()
+			r.s = mlx.CPU()
 		} else {
-			ts, err = mlx.GPU()
+			r.s, err = mlx.GPU()
 		}
 	})
 	if err != nil {
-		th.Close()
-		return nil, mlx.Stream{}, fmt.Errorf("family: vision tower stream: %w", err)
+		r.th.Close()
+		return nil, fmt.Errorf("family: vision tower stream: %w", err)
 	}
-	return th, ts, nil
+	return r, nil
 }
 
-// gemma3Vision loads Gemma 3's tower on th and ts, which it owns from
-// then on.
-func gemma3Vision(m *model.Model, th *mlx.Thread, ts mlx.Stream) (stages.Vision, error) {
+// soft runs encode on the tower's thread and returns its output as host
+// float32 values.
+func (r *towerRun) soft(encode func(f *mlx.Frame) mlx.Array) ([]float32, error) {
+	var out []float32
+	var err error
+	r.th.Do(func() {
+		f := mlx.NewFrame(r.s)
+		defer f.Free()
+		out = f.ToFloat32s(f.AsType(encode(f), mlx.Float32))
+		err = f.Err()
+	})
+	return out, err
+}
+
+// Close releases the tower's weights, stream and thread; call it once no
+// request uses the tower.
+func (r *towerRun) Close() {
+	r.th.Do(func() {
+		if r.free != nil {
+			r.free()
+			r.free = nil
+		}
+		r.s.Free()
+	})
+	r.th.Close()
+}
+
+// gemma3Vision loads Gemma 3's tower on r, which it owns from then on.
+func gemma3Vision(m *model.Model, r *towerRun) (stages.Vision, error) {
 	var (
 		v   *gemma3.Vision
 		err error
 	)
-	th.Do(func() { v, err = gemma3.LoadVision(m.Path, ts, m.Config.ActDType) })
+	r.th.Do(func() { v, err = gemma3.LoadVision(m.Path, r.s, m.Config.ActDType) })
 	if err != nil {
-		endThread(th, ts)
+		r.Close()
 		return nil, err
 	}
-	g := &gemma3Tower{v: v, th: th, s: ts}
+	r.free = v.Free
+	g := &gemma3Tower{towerRun: r, v: v}
 	c := v.Config
-	names, err := towerTokens(m, g, c.TextHidden, c.StartOfImage, c.ImageToken, c.EndOfImage)
+	names, err := towerTokens(m, r, c.TextHidden, c.StartOfImage, c.ImageToken, c.EndOfImage)
 	if err != nil {
 		return nil, err
 	}
@@ -143,9 +170,8 @@ func tokenText(m *model.Model, id int32) (string, bool) {
 
 // gemma3Tower is Gemma 3's tower as a stages.Vision.
 type gemma3Tower struct {
+	*towerRun
 	v              *gemma3.Vision
-	th             *mlx.Thread
-	s              mlx.Stream
 	marker, prompt string
 }
 
@@ -164,13 +190,8 @@ func (g *gemma3Tower) Encode(ctx context.Context, img *media.Image) (stages.Medi
 	if err := ctx.Err(); err != nil {
 		return stages.MediaItem{}, err
 	}
-	var soft []float32
-	g.th.Do(func() {
-		f := mlx.NewFrame(g.s)
-		defer f.Free()
-		out := g.v.Encode(f, f.Float32s(px, 1, c.Channels, c.ImageSize, c.ImageSize))
-		soft = f.ToFloat32s(f.AsType(out, mlx.Float32))
-		err = f.Err()
+	soft, err := g.soft(func(f *mlx.Frame) mlx.Array {
+		return g.v.Encode(f, f.Float32s(px, 1, c.Channels, c.ImageSize, c.ImageSize))
 	})
 	if err != nil {
 		return stages.MediaItem{}, err
@@ -178,41 +199,25 @@ func (g *gemma3Tower) Encode(ctx context.Context, img *media.Image) (stages.Medi
 	return stages.MediaItem{Token: c.ImageToken, Count: c.TokensPerImage, Hash: img.Hash, Embeds: soft}, nil
 }
 
-// Close releases the tower's weights, stream and thread; call it once no
-// request uses it.
-func (g *gemma3Tower) Close() {
-	g.th.Do(func() {
-		g.free()
-		g.s.Free()
-	})
-	g.th.Close()
-}
-
-func (g *gemma3Tower) free() {
-	if g.v != nil {
-		g.v.Free()
-		g.v = nil
-	}
-}
-
 // gemma4Vision loads Gemma 4's tower. The chat template writes the
 // placeholder token itself for an image part; Gemma4Processor turns each
 // into the start-of-image token, as many placeholders as the image's size
 // gives soft tokens, and the end-of-image token. Likewise for a video's
-// placeholder and its frames. It owns th and s from then on.
-func gemma4Vision(m *model.Model, th *mlx.Thread, s mlx.Stream) (stages.Vision, error) {
+// placeholder and its frames. It owns r from then on.
+func gemma4Vision(m *model.Model, r *towerRun) (stages.Vision, error) {
 	var (
 		v   *gemma4.Vision
 		err error
 	)
-	th.Do(func() { v, err = gemma4.LoadVision(m.Path, s, m.Config.ActDType) })
+	r.th.Do(func() { v, err = gemma4.LoadVision(m.Path, r.s, m.Config.ActDType) })
 	if err != nil {
-		endThread(th, s)
+		r.Close()
 		return nil, err
 	}
-	g := &gemma4Tower{v: v, th: th, s: s}
+	r.free = v.Free
+	g := &gemma4Tower{towerRun: r, v: v}
 	c := v.Config
-	names, err := towerTokens(m, g, c.TextHidden, c.StartOfImage, c.ImageToken, c.EndOfImage)
+	names, err := towerTokens(m, r, c.TextHidden, c.StartOfImage, c.ImageToken, c.EndOfImage)
 	if err != nil {
 		return nil, err
 	}
@@ -226,9 +231,8 @@ func gemma4Vision(m *model.Model, th *mlx.Thread, s mlx.Stream) (stages.Vision, 
 
 // gemma4Tower is Gemma 4's tower as a stages.Vision.
 type gemma4Tower struct {
+	*towerRun
 	v                       *gemma4.Vision
-	th                      *mlx.Thread
-	s                       mlx.Stream
 	start, placeholder, end string
 	// video is the video placeholder's text, "" when the vocabulary has
 	// none; the template writes it for a video part too.
@@ -280,31 +284,12 @@ func (g *gemma4Tower) encode(ctx context.Context, img *media.Image, proc gemma4.
 	if err := ctx.Err(); err != nil {
 		return stages.MediaItem{}, err
 	}
-	var soft []float32
-	g.th.Do(func() {
-		f := mlx.NewFrame(g.s)
-		defer f.Free()
-		soft = f.ToFloat32s(f.AsType(g.v.Encode(f, p), mlx.Float32))
-		err = f.Err()
-	})
+	soft, err := g.soft(func(f *mlx.Frame) mlx.Array { return g.v.Encode(f, p) })
 	if err != nil {
 		return stages.MediaItem{}, err
 	}
 	n := len(soft) / g.v.Config.TextHidden
 	return stages.MediaItem{Token: token, Count: n, Hash: img.Hash, Embeds: soft}, nil
-}
-
-// Close releases the tower's weights, stream and thread; call it once no
-// request uses it.
-func (g *gemma4Tower) Close() {
-	g.th.Do(func() {
-		if g.v != nil {
-			g.v.Free()
-			g.v = nil
-		}
-		g.s.Free()
-	})
-	g.th.Close()
 }
 
 var _ stages.VideoVision = (*gemma4Tower)(nil)
