@@ -111,21 +111,7 @@ func openTinyVLM(t *testing.T) *tinyVLM {
 func (x *tinyVLM) soft(t *testing.T, fx *vlmFixture, i int) []float32 {
 	t.Helper()
 	rgb, w, h := fx.image(t, i)
-	p, err := x.v.Preprocess(rgb, w, h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []float32
-	x.th.Do(func() {
-		f := mlx.NewFrame(x.s)
-		defer f.Free()
-		out = f.ToFloat32s(x.v.Encode(f, p))
-		err = f.Err()
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return x.encode(t, x.v.Processor, rgb, w, h)
 }
 
 // frameSoft runs our frame preprocessing, tower and embedder on frame i of
@@ -133,7 +119,14 @@ func (x *tinyVLM) soft(t *testing.T, fx *vlmFixture, i int) []float32 {
 func (x *tinyVLM) frameSoft(t *testing.T, fx *vlmFixture, i int) []float32 {
 	t.Helper()
 	rgb, w, h := fx.frame(t, i)
-	p, err := x.v.Frames.Preprocess(rgb, w, h)
+	return x.encode(t, x.v.Frames, rgb, w, h)
+}
+
+// encode preprocesses an RGB image with proc and runs the tower and
+// embedder on it.
+func (x *tinyVLM) encode(t *testing.T, proc ImageProcessor, rgb []uint8, w, h int) []float32 {
+	t.Helper()
+	p, err := proc.Preprocess(rgb, w, h)
 	if err != nil {
 		t.Fatal(err)
 	}
