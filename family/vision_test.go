@@ -2,7 +2,6 @@ package family
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goprovider/provider/internal/reftest"
 	"github.com/goprovider/provider/jinja"
 	"github.com/goprovider/provider/media"
 	"github.com/goprovider/provider/mlx"
@@ -60,19 +60,6 @@ func readGemma4Fixture(t *testing.T) *gemma4Fixture {
 		t.Fatalf("fixture.json has %d images, %d videos, %d cases", len(fx.Images), len(fx.Videos), len(fx.Cases))
 	}
 	return &fx
-}
-
-func readF32(t *testing.T, path string) []float32 {
-	t.Helper()
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make([]float32, len(raw)/4)
-	for i := range out {
-		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
-	}
-	return out
 }
 
 // TestGemma4Tower loads the tiny Gemma 4 checkpoint's tower as the
@@ -202,3 +189,6 @@ func TestGemma4Tower(t *testing.T) {
 		check(fmt.Sprintf("frame%d", i), item, err, 266, fr.Image.Hash, frames[i*per:(i+1)*per])
 	}
 }
+
+// readF32 is the reference suites' fixture reader.
+var readF32 = reftest.ReadF32

@@ -1,7 +1,6 @@
 package gemma3
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -10,6 +9,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/goprovider/provider/internal/reftest"
 	"github.com/goprovider/provider/kvpool"
 	"github.com/goprovider/provider/sample"
 	"github.com/goprovider/provider/tokenizer"
@@ -58,29 +58,6 @@ func readFixture(t *testing.T, dir string) *refFixture {
 		t.Fatal(err)
 	}
 	return &fx
-}
-
-func readF32(t *testing.T, path string) []float32 {
-	t.Helper()
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make([]float32, len(raw)/4)
-	for i := range out {
-		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
-	}
-	return out
-}
-
-func maxAbsDiff(a, b []float32) (float64, int) {
-	worst, at := 0.0, -1
-	for i := range a {
-		if d := math.Abs(float64(a[i]) - float64(b[i])); d > worst {
-			worst, at = d, i
-		}
-	}
-	return worst, at
 }
 
 // refCase is one llama.cpp reference and the tolerance its numerics allow.
@@ -245,3 +222,9 @@ func TestWindowSizeIsObservable(t *testing.T) {
 		t.Logf("window %d: max |logit diff| vs llama.cpp (window %d) %.3g", p.NSWAOverride+delta, p.NSWAOverride, d)
 	}
 }
+
+// The fixture helpers every reference suite shares.
+var (
+	readF32    = reftest.ReadF32
+	maxAbsDiff = reftest.MaxAbsDiff
+)

@@ -1,15 +1,14 @@
 package gemma4
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 
+	"github.com/goprovider/provider/internal/reftest"
 	"github.com/goprovider/provider/kvpool"
 	"github.com/goprovider/provider/mlx"
 	"github.com/goprovider/provider/model"
@@ -192,28 +191,8 @@ func readFixture(tb testing.TB, name string) *refFixture {
 	return &fx
 }
 
-func readF32(tb testing.TB, path string) []float32 {
-	tb.Helper()
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	out := make([]float32, len(raw)/4)
-	for i := range out {
-		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
-	}
-	return out
-}
-
-func maxAbsDiff(a, b []float32) (float64, int) {
-	if len(a) != len(b) {
-		return math.Inf(1), -1
-	}
-	worst, at := 0.0, -1
-	for i := range a {
-		if d := math.Abs(float64(a[i]) - float64(b[i])); d > worst || math.IsNaN(d) {
-			worst, at = d, i
-		}
-	}
-	return worst, at
-}
+// The fixture helpers every reference suite shares.
+var (
+	readF32    = reftest.ReadF32
+	maxAbsDiff = reftest.MaxAbsDiff
+)

@@ -1,14 +1,15 @@
 package llama
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"github.com/goprovider/provider/kvpool"
 	"math"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/goprovider/provider/internal/reftest"
+	"github.com/goprovider/provider/kvpool"
 
 	"github.com/goprovider/provider/mlx"
 	"github.com/goprovider/provider/model"
@@ -60,19 +61,6 @@ func readFixture(t *testing.T, dir string) *refFixture {
 	return &fx
 }
 
-func readF32(t *testing.T, path string) []float32 {
-	t.Helper()
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make([]float32, len(raw)/4)
-	for i := range out {
-		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
-	}
-	return out
-}
-
 // refCase is one model's reference and the tolerance its numerics allow.
 type refCase struct {
 	name, path, dir string
@@ -122,16 +110,6 @@ func (r *stepRun) step(t *testing.T, tokens []int32) []float32 {
 		}
 	})
 	return out
-}
-
-func maxAbsDiff(a, b []float32) (float64, int) {
-	worst, at := 0.0, -1
-	for i := range a {
-		if d := math.Abs(float64(a[i]) - float64(b[i])); d > worst {
-			worst, at = d, i
-		}
-	}
-	return worst, at
 }
 
 // TestMatchesLlamaCpp checks, per reference prompt: our tokenization of the
@@ -269,3 +247,9 @@ func TestPrefillLogitsEveryPosition(t *testing.T) {
 		})
 	}
 }
+
+// The fixture helpers every reference suite shares.
+var (
+	readF32    = reftest.ReadF32
+	maxAbsDiff = reftest.MaxAbsDiff
+)
