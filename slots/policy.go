@@ -1,0 +1,108 @@
+package slots
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"time"
+)
+
+// Memory policy of the reference system.
+const (
+	// Floor is the least KV grant a slot may hold: a load that would push
+	// any slot below it is refused with ErrResliceFloor.
+	Floor int64 = 1 << 30
+	// ActivationReserve is held back from the budget for activations.
+	ActivationReserve int64 = 3 << 30
+	// HeadroomReserve is what the memory cap leaves the system at least.
+	HeadroomReserve int64 = 2 << 30
+	// ContextCap bounds the context a slot's demand is weighed by.
+	ContextCap = 131072
+	// DefaultMaxSlots is how many models stay loaded before the least
+	// recently used idle one is unloaded.
+	DefaultMaxSlots = 3
+	// DefaultIdleUnload unloads a slot no request used for this long.
+	DefaultIdleUnload = 60 * time.Minute
+)
+
+// Refusals: each a 503 with its reason code (Reason).
+var (
+	// ErrNoHeadroom: the weights do not fit the memory cap, or no KV
+	// budget is left for the slot.
+	ErrNoHeadroom = errors.New("no_kv_headroom")
+	// ErrResliceFloor: sharing the budget would leave a slot under Floor.
+	ErrResliceFloor = errors.New("reslice_floor")
+	// ErrEngineInit: the model's engine could not be started.
+	ErrEngineInit = errors.New("engine_init_failed")
+	// ErrUnsupported: the model's architecture has no adapter, or its file
+	// is not a model this provider can load.
+	ErrUnsupported = errors.New("unsupported_model")
+)
+
+// MemoryCap is what the provider may use out of memory bytes (device
+// memory on a GPU, physical memory elsewhere): 90 %, and at least
+// HeadroomReserve less than all of it.
+func MemoryCap(memory int64) int64 {
+	return max(min(memory*9/10, memory-HeadroomReserve), 0)
+}
+
+// Budget is the KV budget all slots share: the memory cap less the
+// weights held and the activation reserve.
+func Budget(memoryCap, weights int64) int64 {
+	return max(memoryCap-weights-ActivationReserve, 0)
+}
+
+// LoadFits is the load gate: a model of weights bytes (x 1.2 for load-time
+// transients) fits beside held bytes of resident weights.
+func LoadFits(memoryCap, held, weights int64) bool {
+	return held+weights+weights/5+ActivationReserve <= memoryCap
+}
+
+// Demand is what re-slicing weighs a slot by.
+type Demand struct {
+	// KVRate is the slot's fp16 KV bytes per token (every layer).
+	KVRate int64
+	// Context is the slot's context length; 0 or more than ContextCap
+	// counts as ContextCap.
+	Context int
+}
+
+// Weight is KVRate x min(Context, ContextCap).
+func (d Demand) Weight() uint64 {
+	ctx := d.Context
+	if ctx <= 0 || ctx > ContextCap {
+		ctx = ContextCap
+	}
+	return uint64(max(d.KVRate, 1)) * uint64(ctx)
+}
+
+// Grants shares budget among slots in proportion to their demands' weights,
+// rounding down, so the grants never sum above budget. A lone slot gets all
+// of it. A grant under floor refuses the whole split with ErrResliceFloor.
+func Grants(budget int64, demands []Demand, floor int64) ([]int64, error) {
+	if len(demands) == 0 {
+		return nil, nil
+	}
+	if budget < 0 {
+		budget = 0
+	}
+	var total uint64
+	for _, d := range demands {
+		total += d.Weight()
+	}
+	out := make([]int64, len(demands))
+	for i, d := range demands {
+		if len(demands) == 1 {
+			out[i] = budget
+		} else {
+			// budget * w / total in 128 bits: both factors reach 1e11.
+			hi, lo := bits.Mul64(uint64(budget), d.Weight())
+			q, _ := bits.Div64(hi, lo, total)
+			out[i] = int64(q)
+		}
+		if out[i] < floor {
+			return nil, fmt.Errorf("%w: a slot would get %d bytes of KV, under the %d-byte floor", ErrResliceFloor, out[i], floor)
+		}
+	}
+	return out, nil
+}
