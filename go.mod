@@ -3,6 +3,7 @@ module github.com/goprovider/provider
 go 1.26.8
 
 require (
+	github.com/BurntSushi/toml v1.6.0
 	github.com/benbjohnson/clock v1.3.5
 	github.com/cespare/xxhash/v2 v2.3.0
 	github.com/reugn/go-streams v0.13.0

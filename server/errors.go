@@ -16,6 +16,8 @@ var (
 	errBadBody  = errors.New("server: request body unreadable")
 	errNotFound = errors.New("server: no such route")
 	errMethod   = errors.New("server: method not allowed")
+	// errUnauthorized: RequireToken found no valid bearer token.
+	errUnauthorized = errors.New("server: missing or invalid API key")
 )
 
 // Error classes: the metrics label and log field of a failed request.
@@ -100,6 +102,8 @@ func classify(err error) outcome {
 		return invalidRequest("invalid_body", "The request body could not be read.")
 	case errors.Is(err, stages.ErrUnknownModel):
 		return outcome{status: 404, class: classUnknownModel, typ: "invalid_request_error", code: "model_not_found", message: "The requested model does not exist."}
+	case errors.Is(err, errUnauthorized):
+		return outcome{status: 401, class: classInvalid, typ: "invalid_request_error", code: "invalid_api_key", message: "Missing or invalid API key; send it as Authorization: Bearer <key>."}
 	case errors.Is(err, errNotFound):
 		return outcome{status: 404, class: classInvalid, typ: "invalid_request_error", code: "not_found", message: "No such endpoint."}
 	case errors.Is(err, errMethod):
