@@ -311,6 +311,12 @@ func (x *Index) Insert(scope Scope, spans []Span, key uint64, prefix []int32, bl
 	return true
 }
 
+// SetBudget changes the byte budget and evicts down to it.
+func (x *Index) SetBudget(budget int64) {
+	x.budget = max(budget, 0)
+	x.Evict()
+}
+
 // Evict lets go of least recently used blocks only the index holds until
 // they fit the budget: a sliding group's block first goes alone (the entry
 // still chains its descendants), a whole entry goes only once no entry

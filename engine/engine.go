@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 	"sync"
 	"time"
@@ -29,8 +30,9 @@ type Options struct {
 	// late still counts: its rows made progress. A step that never returns
 	// is the liveness monitor's concern, not the loop's.
 	StepTimeout time.Duration
-	// Lease fails a row that made no admission, prefill or decode progress
-	// for this long (default 120 s).
+	// Lease fails a running row that made no prefill or decode progress
+	// for this long (default 120 s) with ErrStuck; a row still waiting for
+	// admission that long fails with the retryable ErrQueueTimeout.
 	Lease time.Duration
 	// StreamBuffer is how many events a generation's stream holds before
 	// its row is paused until the reader catches up (default 64). A reader
@@ -38,6 +40,9 @@ type Options struct {
 	StreamBuffer int
 	// Clock is injected for tests; nil is the wall clock.
 	Clock clock.Clock
+	// BeforeStep, when set, runs on the loop's goroutine (not the MLX
+	// thread) before every step: tests freeze an engine with it.
+	BeforeStep func()
 }
 
 func (o Options) withDefaults() Options {
@@ -95,6 +100,7 @@ type live struct {
 	kv       *kvpool.Seq // nil until the row first runs, and after preemption
 	sampler  *sample.Sampler
 	progress time.Time // last admission, prefill or decode progress
+	first    bool      // a first token was delivered
 	done     bool
 	// unwatch stops the wake-up on ctx's cancellation once the row ends.
 	unwatch func() bool
@@ -124,6 +130,10 @@ type Engine struct {
 	slowSteps uint64
 	paused    int         // rows paused for their readers at the last step
 	cacheSt   cache.Stats // the prefix cache's counters after the last step
+	rates     rates       // observed token rates and last-event times
+	// prefixBudget is the prefix cache's budget after the last Resize;
+	// the loop applies it to the index.
+	prefixBudget int64
 
 	wake     chan struct{}
 	quit     chan struct{}
@@ -160,6 +170,7 @@ func New(net model.Network, th *mlx.Thread, s mlx.Stream, opt Options) (*Engine,
 		quit:  make(chan struct{}),
 		done:  make(chan struct{}),
 	}
+	e.prefixBudget = opt.Prefix.Budget
 	if opt.Prefix.Budget > 0 {
 		e.prefix = cache.NewIndex(pool, opt.Prefix.Namespace, opt.Prefix.Budget)
 		e.sched.SetPrefixes(enginePrefixes{e})
@@ -243,6 +254,10 @@ func (e *Engine) Submit(ctx context.Context, g Generation) (<-chan Event, error)
 	return l.events, nil
 }
 
+// ErrQueueTimeout: the row waited for admission for a whole lease. The
+// engine is busy, not broken: the request may be retried.
+var ErrQueueTimeout = errors.New("engine: request waited too long for admission")
+
 // ErrInvalidToken: a prompt token is outside the model's vocabulary.
 var ErrInvalidToken = errors.New("invalid token id")
 
@@ -254,6 +269,77 @@ func (e *Engine) Stats() Stats {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.sched.Snapshot()
+}
+
+// Progress is what a wedge detector reads: the step counter and when the
+// longest-waiting queued row (never admitted, or preempted) last moved;
+// zero when none waits.
+func (e *Engine) Progress() (steps uint64, oldestWait time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, l := range e.rows {
+		if l.kv == nil && (oldestWait.IsZero() || l.progress.Before(oldestWait)) {
+			oldestWait = l.progress
+		}
+	}
+	return e.sched.Snapshot().Steps, oldestWait
+}
+
+// Rates are the observed token rates (exponentially weighted over steps)
+// and the times of the last step and the last first token (zero: never).
+type Rates struct {
+	DecodeTPS, PrefillTPS float64
+	LastStep, FirstToken  time.Time
+}
+
+// Rates returns the engine's observed rates.
+func (e *Engine) Rates() Rates {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r := e.rates
+	return Rates{DecodeTPS: r.decode, PrefillTPS: r.prefill, LastStep: r.lastStep, FirstToken: r.firstToken}
+}
+
+// rates is the loop's accounting behind Rates; mu guards it.
+type rates struct {
+	decode, prefill      float64
+	lastStep, firstToken time.Time
+}
+
+// rateWeight is the weight of one step in the moving averages.
+const rateWeight = 0.2
+
+// account folds a finished step into the rates: its decode rows' tokens
+// and its prefill chunks' tokens over the step's time.
+func (e *Engine) account(batch []work, start, end time.Time) {
+	var dec, pre int
+	for _, w := range batch {
+		if len(w.tokens) == 1 && w.sample && len(w.l.seq) > len(w.l.gen.Prompt) {
+			dec++
+		} else {
+			pre += len(w.tokens)
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.rates.lastStep = end
+	secs := end.Sub(start).Seconds()
+	if secs <= 0 {
+		return
+	}
+	ewma := func(avg *float64, tokens int) {
+		if tokens == 0 {
+			return
+		}
+		v := float64(tokens) / secs
+		if *avg == 0 {
+			*avg = v
+		} else {
+			*avg += rateWeight * (v - *avg)
+		}
+	}
+	ewma(&e.rates.decode, dec)
+	ewma(&e.rates.prefill, pre)
 }
 
 // SlowSteps counts steps that took longer than Options.StepTimeout.
@@ -279,9 +365,20 @@ func (e *Engine) Err() error {
 
 // Resize changes the KV grant (the prefix cache's budget included);
 // shrinking never evicts a running row.
+//
+// The prefix cache's budget scales with the grant: a grant of half the
+// original leaves the cache half its budget, and the rows the rest. The
+// loop evicts cached blocks over the new budget before its next step.
 func (e *Engine) Resize(capacity int64) {
 	e.mu.Lock()
-	e.sched.Resize(capacity - e.opt.Prefix.Budget)
+	pb := e.opt.Prefix.Budget
+	if pb > 0 && e.opt.KVCapacity > 0 && capacity != e.opt.KVCapacity {
+		hi, lo := bits.Mul64(uint64(pb), uint64(max(capacity, 0)))
+		q, _ := bits.Div64(hi%uint64(e.opt.KVCapacity), lo, uint64(e.opt.KVCapacity))
+		pb = int64(q)
+	}
+	e.prefixBudget = pb
+	e.sched.Resize(capacity - pb)
 	e.mu.Unlock()
 	e.poke()
 }
@@ -334,6 +431,9 @@ func (e *Engine) loop() {
 	for {
 		var worked bool
 		var failed error
+		if e.opt.BeforeStep != nil {
+			e.opt.BeforeStep()
+		}
 		e.th.Do(func() { worked, failed = e.safeTick() })
 		if failed != nil {
 			e.mu.Lock()
@@ -443,6 +543,9 @@ func (e *Engine) tick() bool {
 			e.mu.Unlock()
 		}
 	}()
+	if e.prefix != nil && e.prefix.Stats().Budget != e.prefixBudget {
+		e.prefix.SetBudget(e.prefixBudget)
+	}
 	// Cancelled and lease-expired rows leave before planning.
 	var gone []*live
 	var goneEv []Event
@@ -451,6 +554,8 @@ func (e *Engine) tick() bool {
 		switch {
 		case l.ctx.Err() != nil:
 			ev = Event{Kind: EventError, Err: l.ctx.Err()}
+		case now.Sub(l.progress) > e.opt.Lease && l.kv == nil:
+			ev = Event{Kind: EventError, Err: ErrQueueTimeout}
 		case now.Sub(l.progress) > e.opt.Lease:
 			ev = Event{Kind: EventError, Err: ErrStuck}
 		default:
@@ -554,6 +659,9 @@ func (e *Engine) tick() bool {
 		e.slowSteps++
 		e.mu.Unlock()
 	}
+	if err == nil {
+		e.account(batch, start, e.opt.Clock.Now())
+	}
 	var res StepResult
 	eos := map[int32]bool{}
 	for _, id := range e.net.Config().EOS {
@@ -581,6 +689,11 @@ func (e *Engine) tick() bool {
 			continue
 		}
 		l.emitted++
+		if l.emitted == 1 {
+			e.mu.Lock()
+			e.rates.firstToken = after
+			e.mu.Unlock()
+		}
 		l.events <- Event{Kind: EventDelta, Tokens: []int32{p.tok}, Logprobs: p.logprobs}
 	}
 	e.tidyCache()

@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/benbjohnson/clock"
 
 	"github.com/goprovider/provider/engine"
 	"github.com/goprovider/provider/engine/enginetest"
@@ -273,5 +277,48 @@ func TestFailedStepKeepsItsCause(t *testing.T) {
 	}
 	if o := collect(ch); o.last.Kind != engine.EventFinished {
 		t.Fatalf("after a failed step: %+v", o.last)
+	}
+}
+
+// TestLeaseRunningAndQueued: with the one running row's reader asleep and
+// a second row queued behind it, a lease later the running row fails with
+// ErrStuck and the queued one with the retryable ErrQueueTimeout.
+func TestLeaseRunningAndQueued(t *testing.T) {
+	clk := clock.NewMock()
+	e, m := realEngine(t, engine.Options{Sched: engine.Config{MaxConcurrent: 1}, StreamBuffer: 2, Clock: clk})
+	p := prompts(m)[1]
+	run, err := e.Submit(context.Background(), engine.Generation{ID: "run", Prompt: p, MaxTokens: 100, TopLogprobs: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued, err := e.Submit(context.Background(), engine.Generation{ID: "queued", Prompt: p, MaxTokens: 4, TopLogprobs: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The running row fills its buffer and pauses; the other waits.
+	for {
+		st := e.Stats()
+		if st.Running == 1 && st.Waiting == 1 && len(run) == cap(run)-1 {
+			break
+		}
+		runtime.Gosched()
+	}
+	if _, oldest := e.Progress(); !oldest.Equal(clk.Now()) {
+		t.Fatalf("oldest wait %v, want the queued row's arrival %v", oldest, clk.Now())
+	}
+	clk.Add(121 * time.Second)
+	// The loop may have been between its step and its idle timer: keep
+	// the mock clock moving until the queued row has ended.
+	for len(queued) == 0 {
+		clk.Add(2 * time.Millisecond)
+		runtime.Gosched()
+	}
+	_, last := enginetest.Collect(queued)
+	if !errors.Is(last.Err, engine.ErrQueueTimeout) {
+		t.Fatalf("queued row ended with %+v, want ErrQueueTimeout", last)
+	}
+	_, last = enginetest.Collect(run)
+	if !errors.Is(last.Err, engine.ErrStuck) {
+		t.Fatalf("running row ended with %+v, want ErrStuck", last)
 	}
 }

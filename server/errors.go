@@ -7,6 +7,7 @@ import (
 
 	"github.com/goprovider/provider/engine"
 	"github.com/goprovider/provider/graph"
+	"github.com/goprovider/provider/slots"
 	"github.com/goprovider/provider/stages"
 )
 
@@ -62,6 +63,14 @@ var invalidMessages = map[stages.Code]string{
 	stages.CodeEmptyPrompt:      "The prompt is empty.",
 	stages.CodeNoChatTemplate:   "The model has no chat template; use /v1/completions.",
 	stages.CodeTemplateRejected: "The model's chat template rejected the conversation.",
+}
+
+// refusalMessages are the fixed messages of the slots' refusal reasons.
+var refusalMessages = map[string]string{
+	"no_kv_headroom":     "The server has no memory left for this model; retry elsewhere.",
+	"reslice_floor":      "Loading this model would leave a loaded model too little KV cache; retry elsewhere.",
+	"engine_init_failed": "The model's engine could not be started; retry elsewhere.",
+	"unsupported_model":  "This server cannot serve the model; retry elsewhere.",
 }
 
 func invalidRequest(code, message string) outcome {
@@ -123,6 +132,14 @@ func classify(err error) outcome {
 		// The tower failed on media that decoded, or its output does not
 		// fit the model: ours to fix, another provider may serve it.
 		return unavailable("vlm_extraction_failed", "The server could not encode the request's media; retry elsewhere.")
+	case errors.Is(err, engine.ErrQueueTimeout):
+		return unavailable("queue_timeout", "The request waited too long for the model; retry later.")
+	case slots.Reason(err) != "":
+		// A closed set of refusals (package slots): another provider, or
+		// this one later, may serve the request.
+		return unavailable(slots.Reason(err), refusalMessages[slots.Reason(err)])
+	case errors.Is(err, slots.ErrUnknown):
+		return outcome{status: 404, class: classUnknownModel, typ: "invalid_request_error", code: "model_not_found", message: "The requested model does not exist."}
 	case errors.Is(err, engine.ErrNeverFits):
 		return unavailable("kv_capacity", "The request does not fit the model's KV cache capacity.")
 	case errors.Is(err, engine.ErrDraining), errors.Is(err, graph.ErrClosed), errors.Is(err, engine.ErrShutdown):

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -54,6 +55,22 @@ func (x *exchange) serve() {
 	}
 	ctx, cancel := context.WithCancel(x.r.Context())
 	defer cancel()
+	if s.slots != nil {
+		// Load the model on demand and hold it while the response runs. A
+		// body without a model name is left to the pipeline to refuse.
+		var head struct {
+			Model any `json:"model"`
+		}
+		_ = json.Unmarshal(body, &head)
+		if name, ok := head.Model.(string); ok && name != "" {
+			release, err := s.slots.Acquire(ctx, name)
+			if err != nil {
+				x.fail(err)
+				return
+			}
+			defer release()
+		}
+	}
 	st, err := s.graph.Submit(ctx, stages.Input{Endpoint: x.endpoint, Body: body, CallerID: x.r.Header.Get("X-Request-ID")})
 	if err != nil {
 		x.fail(err)

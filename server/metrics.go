@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/goprovider/provider/engine"
+	"github.com/goprovider/provider/slots"
 )
 
 // Histogram bucket bounds, in seconds.
@@ -120,7 +121,7 @@ type prefixCacher interface {
 
 // write renders every series in the Prometheus text format, in a fixed
 // order.
-func (m *metrics) write(w io.Writer, engines []modelStats) error {
+func (m *metrics) write(w io.Writer, engines []modelStats, snaps []slots.Snapshot) error {
 	b := bufio.NewWriter(w)
 	gauge := func(name, help string, value func(engine.Stats) int64) {
 		header(b, name, "gauge", help)
@@ -143,6 +144,7 @@ func (m *metrics) write(w io.Writer, engines []modelStats) error {
 	counter("provider_preemptions_total", "Generations preempted to free KV cache.", func(s engine.Stats) uint64 { return s.Preemptions })
 	counter("provider_engine_steps_total", "Engine steps executed.", func(s engine.Stats) uint64 { return s.Steps })
 	writePrefixCache(b, engines)
+	writeSlots(b, snaps)
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -261,6 +263,37 @@ func writePrefixCache(b io.Writer, engines []modelStats) {
 	series("provider_prefix_cache_disk_files", "gauge", "Block files in the SSD tier.", disk(func(s cache.DiskStats) uint64 { return uint64(s.Files) }))
 	series("provider_prefix_cache_disk_bytes", "gauge", "Bytes of block files in the SSD tier.", disk(func(s cache.DiskStats) uint64 { return uint64(s.Bytes) }))
 	series("provider_prefix_cache_disk_budget_bytes", "gauge", "The SSD tier's byte budget.", disk(func(s cache.DiskStats) uint64 { return uint64(s.Budget) }))
+}
+
+// writeSlots renders the slots' capacity snapshots: the numbers the
+// network heartbeat reports (nothing without on-demand slots).
+func writeSlots(b io.Writer, snaps []slots.Snapshot) {
+	if len(snaps) == 0 {
+		return
+	}
+	header(b, "provider_slot_state", "gauge", "1 for each loaded model's slot state (loading, running, reloading, crashed).")
+	for _, s := range snaps {
+		fmt.Fprintf(b, "provider_slot_state{model=%s,state=%s} 1\n", quote(s.Model), quote(string(s.State)))
+	}
+	series := func(name, typ, help string, value func(slots.Snapshot) float64) {
+		header(b, name, typ, help)
+		for _, s := range snaps {
+			fmt.Fprintf(b, "%s{model=%s} %s\n", name, quote(s.Model), formatFloat(value(s)))
+		}
+	}
+	series("provider_slot_kv_grant_bytes", "gauge", "The slot's share of the KV budget.", func(s slots.Snapshot) float64 { return float64(s.KVGrant) })
+	series("provider_slot_tokens_used", "gauge", "KV tokens the slot's running generations are charged.", func(s slots.Snapshot) float64 { return float64(s.TokensUsed) })
+	series("provider_slot_tokens_max", "gauge", "KV tokens the slot's grant holds.", func(s slots.Snapshot) float64 { return float64(s.TokensMax) })
+	series("provider_slot_decode_tokens_per_second", "gauge", "Observed decode rate (moving average over steps).", func(s slots.Snapshot) float64 { return s.DecodeTPS })
+	series("provider_slot_prefill_tokens_per_second", "gauge", "Observed prefill rate (moving average over steps).", func(s slots.Snapshot) float64 { return s.PrefillTPS })
+	series("provider_slot_seconds_since_step", "gauge", "Seconds since the slot's last step (-1: none yet).", func(s slots.Snapshot) float64 { return s.SinceStep })
+	series("provider_slot_seconds_since_first_token", "gauge", "Seconds since the slot's last first token (-1: none yet).", func(s slots.Snapshot) float64 { return s.SinceFirstToken })
+	series("provider_slot_wedge_suspected", "gauge", "1 while the wedge detector suspects the slot's engine.", func(s slots.Snapshot) float64 {
+		if s.WedgeSuspected {
+			return 1
+		}
+		return 0
+	})
 }
 
 func header(w io.Writer, name, typ, help string) {

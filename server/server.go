@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,9 +13,11 @@ import (
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/goprovider/provider/cache"
 	"github.com/goprovider/provider/graph"
 	"github.com/goprovider/provider/harmony"
 	"github.com/goprovider/provider/jinja"
+	"github.com/goprovider/provider/slots"
 	"github.com/goprovider/provider/stages"
 	"github.com/goprovider/provider/tokenizer"
 )
@@ -36,6 +39,21 @@ type Options struct {
 	// Graph configures the request pipeline: intake bound and wait,
 	// clock, id minting, recording. Its Clock also times the metrics.
 	Graph graph.Options
+	// Slots, when set, loads models on demand: every generation request
+	// holds its model's slot from before its pipeline run until its
+	// response ends, and /v1/models lists what Slots can load too.
+	Slots Slots
+}
+
+// Slots loads models on demand (package slots' Manager, through serve).
+type Slots interface {
+	// Acquire makes sure the named model is served and holds it until
+	// release; an unknown name is an error wrapping slots.ErrUnknown.
+	Acquire(ctx context.Context, name string) (release func(), err error)
+	// Available lists the models Acquire can load.
+	Available() []string
+	// Snapshots is every loaded slot's capacity, for /metrics.
+	Snapshots() []slots.Snapshot
 }
 
 // Model is a model to serve.
@@ -76,6 +94,7 @@ type Server struct {
 	clk     clock.Clock
 	log     *slog.Logger
 	archs   []string
+	slots   Slots
 	maxBody int64
 	metrics *metrics
 	mux     *http.ServeMux
@@ -101,6 +120,7 @@ func New(o Options) *Server {
 		clk:     o.Graph.Clock,
 		log:     slog.New(newAllowlist(o.Logger.Handler())),
 		archs:   o.Architectures,
+		slots:   o.Slots,
 		maxBody: o.MaxBodyBytes,
 		metrics: newMetrics(),
 		mux:     http.NewServeMux(),
@@ -225,8 +245,18 @@ func (s *Server) listModels(w http.ResponseWriter, _ *http.Request) {
 		Object string      `json:"object"`
 		Data   []modelJSON `json:"data"`
 	}{Object: "list", Data: []modelJSON{}}
+	seen := map[string]bool{}
 	for _, m := range s.graph.Models() {
 		list.Data = append(list.Data, s.modelJSON(m.Name))
+		seen[m.Name] = true
+	}
+	if s.slots != nil {
+		for _, name := range s.slots.Available() {
+			if !seen[name] {
+				list.Data = append(list.Data, s.modelJSON(name))
+				seen[name] = true
+			}
+		}
 	}
 	b, _ := json.Marshal(list)
 	writeJSON(w, http.StatusOK, b)
@@ -234,7 +264,7 @@ func (s *Server) listModels(w http.ResponseWriter, _ *http.Request) {
 
 func (s *Server) getModel(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("model")
-	if _, ok := s.graph.Lookup(name); !ok {
+	if _, ok := s.graph.Lookup(name); !ok && (s.slots == nil || !slices.Contains(s.slots.Available(), name)) {
 		writeError(w, classify(stages.ErrUnknownModel))
 		return
 	}
@@ -251,7 +281,7 @@ func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
 	models := s.graph.Models()
 	status := "ok"
 	switch {
-	case loading || len(models) == 0:
+	case loading || (len(models) == 0 && s.slots == nil):
 		status = "loading"
 	default:
 		for _, m := range models {
@@ -278,6 +308,27 @@ func (s *Server) serveMetrics(w http.ResponseWriter, _ *http.Request) {
 		}
 		engines = append(engines, ms)
 	}
+	var snaps []slots.Snapshot
+	if s.slots != nil {
+		snaps = s.slots.Snapshots()
+	}
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	_ = s.metrics.write(w, engines)
+	_ = s.metrics.write(w, engines, snaps)
+}
+
+// Models lists the served models with their generators.
+func (s *Server) Models() []graph.Model { return s.graph.Models() }
+
+// CacheStats returns the prefix cache counters of every served model whose
+// cache is on.
+func (s *Server) CacheStats() map[string]cache.Stats {
+	out := map[string]cache.Stats{}
+	for _, m := range s.graph.Models() {
+		if c, ok := m.Generator.(prefixCacher); ok {
+			if st, on := c.CacheStats(); on {
+				out[m.Name] = st
+			}
+		}
+	}
+	return out
 }

@@ -170,6 +170,15 @@ func TestGrantsFormula(t *testing.T) {
 	if g[0] != 20*gib || g[1] != 10*gib {
 		t.Fatalf("grants %v, want 20 and 10 GiB", g)
 	}
+	// A slot's share above its Max goes to the others; the floor asks no
+	// more of a slot than its Max.
+	g, err = Grants(30*gib, []Demand{{KVRate: 1, Context: 1024, Max: gib / 4}, {KVRate: 1, Context: 1024}, {KVRate: 2, Context: 1024}}, Floor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g[0] != gib/4 || g[1] != (30*gib-gib/4)/3 || g[2] != (30*gib-gib/4)*2/3 {
+		t.Fatalf("capped grants %v", g)
+	}
 	// Under the floor: refused.
 	if _, err := Grants(3*gib, []Demand{{KVRate: 100, Context: 1024}, {KVRate: 1, Context: 1024}}, Floor); !errors.Is(err, ErrResliceFloor) {
 		t.Fatalf("err %v, want reslice_floor", err)

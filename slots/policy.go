@@ -65,6 +65,10 @@ type Demand struct {
 	// Context is the slot's context length; 0 or more than ContextCap
 	// counts as ContextCap.
 	Context int
+	// Max, when positive, is the most KV the slot can ever use (its full
+	// context for every row it may run): it is never granted more, and
+	// the floor asks no more of it than this.
+	Max int64
 }
 
 // Weight is KVRate x min(Context, ContextCap).
@@ -78,30 +82,60 @@ func (d Demand) Weight() uint64 {
 
 // Grants shares budget among slots in proportion to their demands' weights,
 // rounding down, so the grants never sum above budget. A lone slot gets all
-// of it. A grant under floor refuses the whole split with ErrResliceFloor.
+// of it, whatever its Max. Among several, a slot whose share exceeds its Max gets its Max, and the rest is
+// shared among the others the same way. A grant under the floor (or under
+// its Max, when that is smaller) refuses the whole split with
+// ErrResliceFloor.
 func Grants(budget int64, demands []Demand, floor int64) ([]int64, error) {
 	if len(demands) == 0 {
 		return nil, nil
 	}
-	if budget < 0 {
-		budget = 0
-	}
-	var total uint64
-	for _, d := range demands {
-		total += d.Weight()
+	budget = max(budget, 0)
+	if len(demands) == 1 {
+		// Alone, the slot's prefix cache may use what its rows cannot.
+		return []int64{budget}, nil
 	}
 	out := make([]int64, len(demands))
-	for i, d := range demands {
-		if len(demands) == 1 {
-			out[i] = budget
-		} else {
-			// budget * w / total in 128 bits: both factors reach 1e11.
-			hi, lo := bits.Mul64(uint64(budget), d.Weight())
-			q, _ := bits.Div64(hi, lo, total)
-			out[i] = int64(q)
+	capped := make([]bool, len(demands))
+	for {
+		left, open := budget, 0
+		var total uint64
+		for i, d := range demands {
+			if capped[i] {
+				left -= out[i]
+			} else {
+				total += d.Weight()
+				open++
+			}
 		}
-		if out[i] < floor {
-			return nil, fmt.Errorf("%w: a slot would get %d bytes of KV, under the %d-byte floor", ErrResliceFloor, out[i], floor)
+		more := false
+		for i, d := range demands {
+			if capped[i] {
+				continue
+			}
+			if open == 1 {
+				out[i] = left
+			} else {
+				// left * w / total in 128 bits: both factors reach 1e11.
+				hi, lo := bits.Mul64(uint64(left), d.Weight())
+				q, _ := bits.Div64(hi, lo, total)
+				out[i] = int64(q)
+			}
+			if d.Max > 0 && out[i] > d.Max {
+				out[i], capped[i], more = d.Max, true, true
+			}
+		}
+		if !more || open == 1 {
+			break
+		}
+	}
+	for i, d := range demands {
+		need := floor
+		if d.Max > 0 {
+			need = min(need, d.Max)
+		}
+		if out[i] < need {
+			return nil, fmt.Errorf("%w: a slot would get %d bytes of KV, under the %d-byte floor", ErrResliceFloor, out[i], need)
 		}
 	}
 	return out, nil

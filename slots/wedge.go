@@ -29,8 +29,8 @@ type Verdict uint8
 const (
 	// Healthy: steps move, or nothing waits.
 	Healthy Verdict = iota
-	// Suspected: the step counter has stalled past the threshold while
-	// requests wait, but the oldest admission has not yet.
+	// Suspected: the step counter has stalled for half the threshold
+	// while requests wait, but not both past the threshold yet.
 	Suspected
 	// Wedged: both have stalled past the threshold: rebuild the engine.
 	Wedged
@@ -72,10 +72,11 @@ func (w *Wedge) observe(now time.Time, p Progress) Verdict {
 	if !w.seen || p.Steps != w.steps {
 		w.seen, w.steps, w.movedAt = true, p.Steps, now
 	}
-	if p.OldestWait.IsZero() || now.Sub(w.movedAt) < after {
+	stalled := now.Sub(w.movedAt)
+	if p.OldestWait.IsZero() || stalled < after/2 {
 		return Healthy
 	}
-	if now.Sub(p.OldestWait) < after {
+	if stalled < after || now.Sub(p.OldestWait) < after {
 		return Suspected
 	}
 	if !w.reloaded.IsZero() && now.Sub(w.reloaded) < after+cool {

@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -24,14 +23,15 @@ import (
 	"github.com/goprovider/provider/mlx"
 	"github.com/goprovider/provider/model"
 	"github.com/goprovider/provider/server"
+	"github.com/goprovider/provider/slots"
 	"github.com/goprovider/provider/stages"
 )
 
-// Memory policy of the reference system.
 const (
-	activationReserve = 3 << 30
-	minKVGrant        = 1 << 30
-	drainTimeout      = 10 * time.Second
+	// minKVGrant is what a model's prefix cache leaves its rows at least.
+	minKVGrant = slots.Floor
+	// drainTimeout bounds how long a stopping engine lets its rows finish.
+	drainTimeout = 10 * time.Second
 )
 
 // loadedModel is one served model and what keeps it alive.
@@ -78,13 +78,16 @@ func (l *loadedModel) close() {
 func runServe(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	mf := addModelFlags(fs, "comma-separated GGUF files or HF/MLX checkpoint directories")
+	mf := addModelFlags(fs, "comma-separated GGUF files or HF/MLX checkpoint directories, each PATH or PATH=NAME (served under NAME); loaded and self-tested at start")
 	addr := fs.String("addr", "127.0.0.1:8000", "listen address")
 	maxConc := fs.Int("max-concurrent", engine.DefaultMaxConcurrent,
 		fmt.Sprintf("cap on running requests per model, 1 to %d (larger values are clamped); below it the KV budget decides how many run together", engine.MaxConcurrentLimit))
-	kvBytes := fs.Int64("kv-bytes", 0, "KV cache budget in bytes for all models; 0 derives it from the device's memory on a GPU, physical memory on the CPU")
+	kvBytes := fs.Int64("kv-bytes", 0, "KV cache budget in bytes shared by all loaded models; 0 derives it from the device's memory on a GPU, physical memory on the CPU, less the weights held")
 	device := fs.String("device", "auto", "auto, cpu or gpu")
 	prefixBytes := fs.Int64("prefix-cache-bytes", 0, "RAM budget of each model's prefix cache, carved out of its KV grant (the engine keeps at least 1 GiB); 0 is physical memory / 8; PROVIDER_PREFIX_CACHE=0 turns the cache off")
+	modelsDir := fs.String("models-dir", "", "directory of models loaded on demand by name (GGUF files by base name, checkpoint directories by directory name)")
+	maxSlots := fs.Int("max-slots", slots.DefaultMaxSlots, "models kept loaded at once; loading another unloads the least recently used idle one")
+	idleUnload := fs.Duration("idle-unload", slots.DefaultIdleUnload, "unload a model no request used for this long (0: never)")
 	if err := fs.Parse(args); err != nil {
 		return usageError{fmt.Sprintf("serve: %v", err)}
 	}
@@ -94,6 +97,11 @@ func runServe(args []string) error {
 	if err := mf.check("serve"); err != nil {
 		return err
 	}
+	if *maxSlots < 1 {
+		return usageError{fmt.Sprintf("serve: --max-slots %d: must be at least 1", *maxSlots)}
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	conc, err := concurrencyCap(*maxConc)
 	if err != nil {
@@ -102,9 +110,47 @@ func runServe(args []string) error {
 	if conc != *maxConc {
 		log.Warn("--max-concurrent above the limit, clamped", "requested", *maxConc, "max_concurrent", conc)
 	}
-	srv := server.New(server.Options{Architectures: family.Supported(), Logger: log})
-	srv.SetLoading(true)
+	catalog, err := buildCatalog(mf, set["model"], *modelsDir)
+	if err != nil {
+		return err
+	}
+	mem, err := deviceMemory(*device)
+	if err != nil {
+		return err
+	}
+	if *kvBytes > 0 {
+		log.Info("kv budget", "source", "--kv-bytes", "kv_bytes", *kvBytes)
+	} else {
+		log.Info("kv budget", "source", mem.name, "memory_bytes", mem.bytes, "memory_cap", slots.MemoryCap(mem.bytes))
+	}
+	idle := *idleUnload
+	if idle == 0 {
+		idle = -1
+	}
 
+	ld := &serveLoader{mf: mf, device: *device, log: log, conc: conc, prefixBytes: *prefixBytes, archs: family.Supported(),
+		entries: map[string]catalogEntry{}, probed: map[string]slots.Info{}}
+	for _, e := range catalog {
+		ld.entries[e.name] = e
+	}
+	mgr := slots.New(ld, slots.Options{Memory: mem.bytes, Budget: *kvBytes, MaxSlots: *maxSlots, IdleUnload: idle, Logger: log})
+	srv := server.New(server.Options{Architectures: family.Supported(), Logger: log, Slots: serveSlots{mgr, ld}})
+	ld.srv = srv
+	srv.SetLoading(true)
+	defer mgr.Close()
+
+	// Preloads: the models named on the command line, self-tested, before
+	// the port opens.
+	for _, e := range catalog {
+		if !e.preload {
+			continue
+		}
+		release, err := mgr.Acquire(context.Background(), e.name)
+		if err != nil {
+			return fmt.Errorf("serve: %s: %w", e.name, err)
+		}
+		release()
+	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
@@ -113,136 +159,11 @@ func runServe(args []string) error {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- httpSrv.Serve(ln) }()
 	log.Info("listening", "addr", ln.Addr().String())
-
-	var loaded []*loadedModel
-	defer func() {
-		for _, l := range loaded {
-			l.close()
-		}
-	}()
-	var opens []func() (*model.Model, string, uploader, error)
-	// weights names what decides each model's weights, for its prefix
-	// cache namespace: files, and a seed for dummy weights.
-	type weightSource struct {
-		extra string
-		paths []string
-	}
-	var sources []weightSource
-	if mf.isDummy() {
-		opens = append(opens, func() (*model.Model, string, uploader, error) {
-			return mf.openDummy("serve", func(msg string) { log.Info(msg) })
-		})
-		sources = append(sources, weightSource{fmt.Sprint("dummy seed ", *mf.seed), []string{*mf.dummy}})
-	} else {
-		for _, p := range strings.Split(*mf.model, ",") {
-			opens = append(opens, func() (*model.Model, string, uploader, error) {
-				m, err := model.Open(p)
-				if err != nil {
-					return nil, "", nil, err
-				}
-				return m, m.Name(), m.Upload, nil
-			})
-			sources = append(sources, weightSource{"", []string{p}})
-		}
-	}
-	budget := *kvBytes
-	for _, open := range opens {
-		l, err := loadModel(open, *device)
-		if err != nil {
-			httpSrv.Close()
-			return err
-		}
-		loaded = append(loaded, l)
-	}
-	if budget == 0 {
-		var weights int64
-		for _, l := range loaded {
-			weights += l.w.Bytes()
-		}
-		// All models run on the same device; ask MLX about the first's.
-		var dev mlx.DeviceMemory
-		first := loaded[0]
-		first.th.Do(func() { dev, err = first.s.DeviceMemory() })
-		if err != nil {
-			httpSrv.Close()
-			return fmt.Errorf("serve: %w", err)
-		}
-		var src memorySource
-		if budget, src, err = deriveKVBudget(dev, physicalMemory(), weights); err != nil {
-			httpSrv.Close()
-			return err
-		}
-		log.Info("kv budget", "source", src.name, "memory_bytes", src.bytes, "weight_bytes", weights, "kv_bytes", budget)
-		if dev.GPU && dev.Free >= 0 && budget > dev.Free {
-			log.Warn("kv budget above the device's free memory; other processes may hold it", "kv_bytes", budget, "free_bytes", dev.Free)
-		}
-	} else {
-		log.Info("kv budget", "source", "--kv-bytes", "kv_bytes", budget)
-	}
-	grant := budget / int64(len(loaded))
-	if grant < minKVGrant {
-		httpSrv.Close()
-		return fmt.Errorf("serve: no_kv_headroom: %d bytes of KV per model, need at least %d", grant, int64(minKVGrant))
-	}
-	prefixOn := os.Getenv("PROVIDER_PREFIX_CACHE") != "0"
-	ssdOn := os.Getenv("PROVIDER_PREFIX_CACHE_SSD") != "0"
-	for i, l := range loaded {
-		var err error
-		var prefix engine.PrefixOptions
-		if prefixOn {
-			layout := engine.LayoutOf(l.net.Config())
-			prefix.Budget = prefixBudget(*prefixBytes, physicalMemory(), grant, layout.SequenceBytes(cache.BlockTokens))
-			if prefix.Budget > 0 {
-				if prefix.Namespace, err = prefixNamespace(sources[i].extra, sources[i].paths, l.net.Config()); err != nil {
-					httpSrv.Close()
-					return fmt.Errorf("serve: %s: %w", l.name, err)
-				}
-			}
-			if prefix.Budget > 0 && ssdOn {
-				block := layout.SequenceBytes(cache.BlockTokens)
-				dir := prefixDir(l.name)
-				l.disk, err = cache.OpenDisk(cache.DiskOptions{Dir: dir, Queue: int(max(4, min(64, diskQueueBytes/max(block, 1))))})
-				if err != nil {
-					log.Warn("prefix cache SSD tier off: cannot open it", "model", l.name, "dir", dir, "err", err)
-					l.disk = nil
-				} else {
-					prefix.Disk = l.disk
-					st := l.disk.Stats()
-					log.Info("prefix cache SSD tier", "model", l.name, "dir", dir, "files", st.Files, "bytes", st.Bytes, "budget", st.Budget)
-				}
-			}
-			log.Info("prefix cache", "model", l.name, "ram_bytes", prefix.Budget, "on", prefix.Budget > 0, "ssd", prefix.Disk != nil)
-		} else {
-			log.Info("prefix cache off (PROVIDER_PREFIX_CACHE=0)", "model", l.name)
-		}
-		l.eng, err = engine.New(l.net, l.th, l.s, engine.Options{
-			Sched:      engine.Config{MaxConcurrent: conc},
-			KVCapacity: grant,
-			Prefix:     prefix,
-		})
-		if err != nil {
-			httpSrv.Close()
-			return fmt.Errorf("serve: engine_init_failed: %w", err)
-		}
-		err = srv.Register(server.Model{
-			Name:          l.name,
-			Architecture:  l.m.Config.Arch,
-			Tokenizer:     l.m.Tokenizer,
-			ChatTemplate:  l.m.ChatTemplate,
-			EOS:           l.m.Config.EOS,
-			ContextLength: l.m.Config.ContextLength,
-			Generator:     l.eng,
-			Vision:        l.vision,
-		})
-		if err != nil {
-			httpSrv.Close()
-			return err
-		}
-		log.Info("model ready", "model", l.name, "kv_bytes", grant, "weight_bytes", l.w.Bytes(), "max_concurrent", conc)
-	}
 	srv.SetLoading(false)
-	stopStats := logCacheStats(log, loaded, cacheStatsEvery)
+	stopStats := logCacheStats(log, srv, cacheStatsEvery)
 	defer stopStats()
+	stopTicks := tickSlots(mgr, slotTickEvery)
+	defer stopTicks()
 
 	// Loading initialized the backend's libraries; some replace the Go
 	// runtime's handlers for termination signals.
@@ -263,6 +184,63 @@ func runServe(args []string) error {
 	_ = httpSrv.Shutdown(ctx)
 	srv.Close()
 	return nil
+}
+
+// serveSlots is the server's view of the slot manager.
+type serveSlots struct {
+	mgr *slots.Manager
+	ld  *serveLoader
+}
+
+func (s serveSlots) Acquire(ctx context.Context, name string) (func(), error) {
+	return s.mgr.Acquire(ctx, name)
+}
+
+func (s serveSlots) Available() []string { return s.ld.names() }
+
+func (s serveSlots) Snapshots() []slots.Snapshot { return s.mgr.Snapshots() }
+
+// slotTickEvery is how often the slot manager runs its idle unloads and
+// wedge checks.
+const slotTickEvery = 5 * time.Second
+
+// tickSlots runs mgr.Tick every period; the returned function stops it.
+func tickSlots(mgr *slots.Manager, period time.Duration) func() {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				mgr.Tick()
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// deviceMemory is the memory the models share: the GPU's as MLX reports it
+// on a GPU, physical memory on the CPU.
+func deviceMemory(device string) (memorySource, error) {
+	th := mlx.NewThread()
+	defer th.Close()
+	var dev mlx.DeviceMemory
+	var err error
+	th.Do(func() {
+		var s mlx.Stream
+		if s, err = stream(device); err != nil {
+			return
+		}
+		defer s.Free()
+		dev, err = s.DeviceMemory()
+	})
+	if err != nil {
+		return memorySource{}, fmt.Errorf("serve: %w", err)
+	}
+	return memoryOf(dev, physicalMemory())
 }
 
 // loadModel opens a model, uploads its weights and binds its family's
@@ -361,9 +339,9 @@ const prefixLayoutEpoch = 1
 // cacheStatsEvery is how often serve logs each prefix cache's counters.
 const cacheStatsEvery = time.Minute
 
-// logCacheStats logs, every period while they change, each model's prefix
-// cache counters; the returned function stops it.
-func logCacheStats(log *slog.Logger, models []*loadedModel, period time.Duration) func() {
+// logCacheStats logs, every period while they change, each served model's
+// prefix cache counters; the returned function stops it.
+func logCacheStats(log *slog.Logger, srv *server.Server, period time.Duration) func() {
 	done := make(chan struct{})
 	go func() {
 		t := time.NewTicker(period)
@@ -375,13 +353,12 @@ func logCacheStats(log *slog.Logger, models []*loadedModel, period time.Duration
 				return
 			case <-t.C:
 			}
-			for _, l := range models {
-				st, on := l.eng.CacheStats()
-				if !on || st == last[l.name] {
+			for name, st := range srv.CacheStats() {
+				if st == last[name] {
 					continue
 				}
-				last[l.name] = st
-				log.Info("prefix cache stats", "model", l.name, "hits", st.Hits, "misses", st.Misses, "tokens_saved", st.TokensSaved,
+				last[name] = st
+				log.Info("prefix cache stats", "model", name, "hits", st.Hits, "misses", st.Misses, "tokens_saved", st.TokensSaved,
 					"entries", st.Entries, "bytes", st.Bytes, "shared_bytes", st.SharedBytes, "budget", st.Budget, "evicted", st.Evicted)
 			}
 		}
@@ -410,6 +387,18 @@ type memorySource struct {
 // memory. A GPU whose memory MLX does not report is an error, since host
 // memory says nothing about it.
 func deriveKVBudget(dev mlx.DeviceMemory, physical, weights int64) (int64, memorySource, error) {
+	src, err := memoryOf(dev, physical)
+	if err != nil {
+		return 0, src, err
+	}
+	return kvBudget(src.bytes, weights), src, nil
+}
+
+// memoryOf is the memory the models share: the GPU's on a GPU (CUDA's
+// total device memory, Metal's recommended working set), physical memory
+// on the CPU. A GPU whose memory MLX does not report is an error, since
+// host memory says nothing about it.
+func memoryOf(dev mlx.DeviceMemory, physical int64) (memorySource, error) {
 	src := memorySource{name: "physical memory", bytes: physical}
 	if dev.GPU {
 		src = memorySource{name: "gpu memory", bytes: dev.Total}
@@ -418,17 +407,16 @@ func deriveKVBudget(dev mlx.DeviceMemory, physical, weights int64) (int64, memor
 		}
 	}
 	if src.bytes <= 0 {
-		return 0, src, fmt.Errorf("serve: %s unknown; set --kv-bytes", src.name)
+		return src, fmt.Errorf("serve: %s unknown; set --kv-bytes", src.name)
 	}
-	return kvBudget(src.bytes, weights), src, nil
+	return src, nil
 }
 
 // kvBudget is the KV memory left for all models out of memory bytes: the
 // hard cap min(0.9 x memory, memory - 2 GiB) less weights and the
 // activation reserve.
 func kvBudget(memory, weights int64) int64 {
-	hardCap := min(memory*9/10, memory-2<<30)
-	return max(hardCap-weights-activationReserve, 0)
+	return slots.Budget(slots.MemoryCap(memory), weights)
 }
 
 func physicalMemory() int64 {

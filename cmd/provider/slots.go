@@ -1,0 +1,413 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/benbjohnson/clock"
+
+	"github.com/goprovider/provider/cache"
+	"github.com/goprovider/provider/engine"
+	"github.com/goprovider/provider/mlx"
+	"github.com/goprovider/provider/model"
+	"github.com/goprovider/provider/server"
+	"github.com/goprovider/provider/slots"
+)
+
+// catalogEntry is a model serve can load, by name.
+type catalogEntry struct {
+	name string
+	path string // checkpoint file or directory; the config.json of a dummy
+	// dummy runs seeded random weights of the config's true size.
+	dummy   bool
+	preload bool // named on the command line: loaded and self-tested at start
+}
+
+// buildCatalog lists the models serve can load: each --model entry (PATH,
+// or PATH=NAME to serve it under another name, such as a network catalog
+// id) is preloaded; each GGUF file and checkpoint directory (one holding
+// config.json) under modelsDir loads on demand. Two models of one name
+// are an error.
+func buildCatalog(mf *modelFlags, modelFlagSet bool, modelsDir string) ([]catalogEntry, error) {
+	var out []catalogEntry
+	switch {
+	case mf.isDummy():
+		out = append(out, catalogEntry{name: dummyName(*mf.dummy), path: *mf.dummy, dummy: true, preload: true})
+	case modelFlagSet || modelsDir == "":
+		for _, spec := range strings.Split(*mf.model, ",") {
+			path, name, named := strings.Cut(spec, "=")
+			if named && name == "" || path == "" {
+				return nil, usageError{fmt.Sprintf("serve: --model %q: want PATH or PATH=NAME", spec)}
+			}
+			if !named {
+				name = strings.TrimSuffix(filepath.Base(filepath.Clean(path)), ".gguf")
+			}
+			out = append(out, catalogEntry{name: name, path: path, preload: true})
+		}
+	}
+	if modelsDir != "" {
+		ents, err := os.ReadDir(modelsDir)
+		if err != nil {
+			return nil, fmt.Errorf("serve: --models-dir: %w", err)
+		}
+		for _, e := range ents {
+			p := filepath.Join(modelsDir, e.Name())
+			switch {
+			case !e.IsDir() && strings.HasSuffix(e.Name(), ".gguf"):
+				out = append(out, catalogEntry{name: strings.TrimSuffix(e.Name(), ".gguf"), path: p})
+			case e.IsDir():
+				if _, err := os.Stat(filepath.Join(p, "config.json")); err == nil {
+					out = append(out, catalogEntry{name: e.Name(), path: p})
+				}
+			}
+		}
+	}
+	seen := map[string]bool{}
+	for _, e := range out {
+		if seen[e.name] {
+			return nil, fmt.Errorf("serve: two models are named %q; name one with --model PATH=NAME", e.name)
+		}
+		seen[e.name] = true
+	}
+	return out, nil
+}
+
+// kvRateFP16 is a model's fp16 KV bytes per token over the layers that own
+// a cache: the re-slicing weight's rate.
+func kvRateFP16(c model.Config) int64 {
+	var n int64
+	for _, k := range c.Kinds {
+		if k.SharedFrom < 0 {
+			n += 2 * int64(k.KVHeads) * int64(k.HeadDim) * 2
+		}
+	}
+	return n
+}
+
+// serveLoader loads catalog models for the slot manager: weights on their
+// own MLX thread, the prefix cache and its SSD tier, the engine, and the
+// registration with the HTTP server.
+type serveLoader struct {
+	mf          *modelFlags
+	device      string
+	srv         *server.Server
+	log         *slog.Logger
+	conc        int
+	prefixBytes int64
+	archs       []string
+	// clock and beforeStep reach every engine (tests: a mock clock, and a
+	// hook that freezes steps); nil is the wall clock and no hook.
+	clock      clock.Clock
+	beforeStep func()
+
+	mu      sync.Mutex
+	entries map[string]catalogEntry
+	probed  map[string]slots.Info
+}
+
+func (sl *serveLoader) names() []string {
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	out := make([]string, 0, len(sl.entries))
+	for n := range sl.entries {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// open opens a catalog entry's checkpoint (not its weights).
+func (sl *serveLoader) open(e catalogEntry) (*model.Model, uploader, int64, error) {
+	if e.dummy {
+		m, _, up, err := sl.mf.openDummy("serve", func(msg string) { sl.log.Info(msg) })
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		return m, up, 0, nil
+	}
+	m, err := model.Open(e.path)
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("serve: %s: %w", e.name, err)
+	}
+	return m, m.Upload, m.WeightBytes(), nil
+}
+
+// Probe implements slots.Loader.
+func (sl *serveLoader) Probe(name string) (slots.Info, error) {
+	sl.mu.Lock()
+	e, ok := sl.entries[name]
+	info, probed := sl.probed[name]
+	sl.mu.Unlock()
+	if !ok {
+		return slots.Info{}, fmt.Errorf("serve: %w", slots.ErrUnknown)
+	}
+	if probed {
+		return info, nil
+	}
+	m, _, weights, err := sl.open(e)
+	if err != nil {
+		return slots.Info{}, fmt.Errorf("%w: %w", slots.ErrUnsupported, err)
+	}
+	defer m.Close()
+	if sl.archs != nil && !slices.Contains(sl.archs, m.Config.Arch) {
+		return slots.Info{}, fmt.Errorf("%w: architecture %q has no adapter", slots.ErrUnsupported, m.Config.Arch)
+	}
+	// The most its rows can hold: every row at the full context, at
+	// float32 (the widest activation type) when the context is known.
+	var most int64
+	if ctx := m.Config.ContextLength; ctx > 0 {
+		c := m.Config
+		c.ActDType = mlx.Float32
+		most = engine.LayoutOf(c).SequenceBytes(ctx) * int64(sl.conc)
+	}
+	info = slots.Info{WeightBytes: weights, Demand: slots.Demand{KVRate: kvRateFP16(m.Config), Context: m.Config.ContextLength, Max: most}}
+	sl.mu.Lock()
+	sl.probed[name] = info
+	sl.mu.Unlock()
+	return info, nil
+}
+
+// Load implements slots.Loader.
+func (sl *serveLoader) Load(_ context.Context, name string, grant int64) (slots.Instance, error) {
+	sl.mu.Lock()
+	e := sl.entries[name]
+	sl.mu.Unlock()
+	l, err := loadModel(func() (*model.Model, string, uploader, error) {
+		m, up, _, err := sl.open(e)
+		return m, name, up, err
+	}, sl.device)
+	if err != nil {
+		return nil, err
+	}
+	l.name = name
+	opt := engine.Options{Sched: engine.Config{MaxConcurrent: sl.conc}, KVCapacity: grant, Clock: sl.clock, BeforeStep: sl.beforeStep}
+	if opt.Prefix, err = sl.prefix(l, e, grant); err != nil {
+		l.close()
+		return nil, err
+	}
+	if l.eng, err = engine.New(l.net, l.th, l.s, opt); err != nil {
+		l.close()
+		return nil, fmt.Errorf("%w: %w", slots.ErrEngineInit, err)
+	}
+	clk := sl.clock
+	if clk == nil {
+		clk = clock.New()
+	}
+	inst := &slotInstance{l: l, opt: opt, grant: grant, srv: sl.srv, log: sl.log, clk: clk}
+	inst.gen.eng = l.eng
+	if err := selfTest(context.Background(), name, &inst.gen, l.m.Tokenizer.BOS()); err != nil {
+		l.close()
+		return nil, err
+	}
+	err = sl.srv.Register(server.Model{
+		Name:          name,
+		Architecture:  l.m.Config.Arch,
+		Tokenizer:     l.m.Tokenizer,
+		ChatTemplate:  l.m.ChatTemplate,
+		EOS:           l.m.Config.EOS,
+		ContextLength: l.m.Config.ContextLength,
+		Generator:     &inst.gen,
+		Vision:        l.vision,
+	})
+	if err != nil {
+		l.close()
+		if errors.Is(err, server.ErrUnsupportedArchitecture) {
+			return nil, fmt.Errorf("%w: %w", slots.ErrUnsupported, err)
+		}
+		return nil, err
+	}
+	sl.log.Info("model ready", "model", name, "kv_bytes", grant, "weight_bytes", l.w.Bytes(), "max_concurrent", sl.conc)
+	return inst, nil
+}
+
+// prefix configures a model's prefix cache out of its grant.
+func (sl *serveLoader) prefix(l *loadedModel, e catalogEntry, grant int64) (engine.PrefixOptions, error) {
+	var prefix engine.PrefixOptions
+	if os.Getenv("PROVIDER_PREFIX_CACHE") == "0" {
+		sl.log.Info("prefix cache off (PROVIDER_PREFIX_CACHE=0)", "model", l.name)
+		return prefix, nil
+	}
+	layout := engine.LayoutOf(l.net.Config())
+	block := layout.SequenceBytes(cache.BlockTokens)
+	prefix.Budget = prefixBudget(sl.prefixBytes, physicalMemory(), grant, block)
+	if prefix.Budget > 0 {
+		extra := ""
+		if e.dummy {
+			extra = fmt.Sprint("dummy seed ", *sl.mf.seed)
+		}
+		var err error
+		if prefix.Namespace, err = prefixNamespace(extra, []string{e.path}, l.net.Config()); err != nil {
+			return prefix, fmt.Errorf("serve: %s: %w", l.name, err)
+		}
+		if os.Getenv("PROVIDER_PREFIX_CACHE_SSD") != "0" {
+			dir := prefixDir(l.name)
+			d, err := cache.OpenDisk(cache.DiskOptions{Dir: dir, Queue: int(max(4, min(64, diskQueueBytes/max(block, 1))))})
+			if err != nil {
+				sl.log.Warn("prefix cache SSD tier off: cannot open it", "model", l.name, "dir", dir, "err", err)
+			} else {
+				l.disk, prefix.Disk = d, d
+				st := d.Stats()
+				sl.log.Info("prefix cache SSD tier", "model", l.name, "dir", dir, "files", st.Files, "bytes", st.Bytes, "budget", st.Budget)
+			}
+		}
+	}
+	sl.log.Info("prefix cache", "model", l.name, "ram_bytes", prefix.Budget, "on", prefix.Budget > 0, "ssd", prefix.Disk != nil)
+	return prefix, nil
+}
+
+// slotGen is the Generator a slot registers: it forwards to the slot's
+// current engine, which a wedge rebuild replaces.
+type slotGen struct {
+	mu  sync.Mutex
+	eng *engine.Engine
+}
+
+func (g *slotGen) cur() *engine.Engine {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.eng
+}
+
+func (g *slotGen) swap(e *engine.Engine) *engine.Engine {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	old := g.eng
+	g.eng = e
+	return old
+}
+
+func (g *slotGen) Submit(ctx context.Context, gen engine.Generation) (<-chan engine.Event, error) {
+	return g.cur().Submit(ctx, gen)
+}
+func (g *slotGen) Stats() engine.Stats                   { return g.cur().Stats() }
+func (g *slotGen) Err() error                            { return g.cur().Err() }
+func (g *slotGen) CacheStats() (st cache.Stats, ok bool) { return g.cur().CacheStats() }
+
+// slotInstance is a loaded model as the slot manager drives it.
+type slotInstance struct {
+	l   *loadedModel
+	gen slotGen
+	srv *server.Server
+	log *slog.Logger
+	clk clock.Clock
+
+	mu    sync.Mutex
+	opt   engine.Options
+	grant int64
+}
+
+// Resize implements slots.Instance.
+func (si *slotInstance) Resize(grant int64) {
+	si.mu.Lock()
+	si.grant = grant
+	si.mu.Unlock()
+	si.gen.cur().Resize(grant)
+}
+
+// Progress implements slots.Instance.
+func (si *slotInstance) Progress() slots.Progress {
+	steps, oldest := si.gen.cur().Progress()
+	return slots.Progress{Steps: steps, OldestWait: oldest}
+}
+
+// rebuildWait bounds how long a rebuild waits for the model's MLX thread,
+// which a truly hung step holds.
+const rebuildWait = 30 * time.Second
+
+// Rebuild implements slots.Instance: a new engine over the same weights,
+// thread and grant takes new requests; the old one drains in the
+// background (its rows end when its step returns).
+func (si *slotInstance) Rebuild() error {
+	si.mu.Lock()
+	opt := si.opt
+	opt.KVCapacity = si.grant
+	si.mu.Unlock()
+	type built struct {
+		e   *engine.Engine
+		err error
+	}
+	ch := make(chan built, 1)
+	go func() {
+		e, err := engine.New(si.l.net, si.l.th, si.l.s, opt)
+		ch <- built{e, err}
+	}()
+	var b built
+	select {
+	case b = <-ch:
+	case <-time.After(rebuildWait):
+		return fmt.Errorf("%w: the model's thread did not answer within %s", slots.ErrEngineInit, rebuildWait)
+	}
+	if b.err != nil {
+		return fmt.Errorf("%w: %w", slots.ErrEngineInit, b.err)
+	}
+	old := si.gen.swap(b.e)
+	si.l.eng = b.e
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+		defer cancel()
+		old.Shutdown(ctx)
+	}()
+	return nil
+}
+
+// Snapshot implements slots.Instance.
+func (si *slotInstance) Snapshot() slots.Snapshot {
+	e := si.gen.cur()
+	st, r := e.Stats(), e.Rates()
+	snap := slots.Snapshot{
+		Running: st.Running, Waiting: st.Waiting,
+		KVBytesPerToken: st.KVBytesPerToken, MaxConcurrent: st.MaxConcurrent,
+		DecodeTPS: r.DecodeTPS, PrefillTPS: r.PrefillTPS, Steps: st.Steps,
+		SinceStep: -1, SinceFirstToken: -1,
+	}
+	if st.KVBytesPerToken > 0 {
+		snap.TokensUsed, snap.TokensMax = st.KVUsed/st.KVBytesPerToken, st.KVCapacity/st.KVBytesPerToken
+	}
+	now := si.clk.Now()
+	if !r.LastStep.IsZero() {
+		snap.SinceStep = now.Sub(r.LastStep).Seconds()
+	}
+	if !r.FirstToken.IsZero() {
+		snap.SinceFirstToken = now.Sub(r.FirstToken).Seconds()
+	}
+	return snap
+}
+
+// Close implements slots.Instance: the model leaves the server, its engine
+// drains (running streams finish within the drain timeout) and its memory
+// is released.
+func (si *slotInstance) Close() {
+	si.srv.Unregister(si.l.name)
+	si.l.eng = si.gen.cur()
+	si.l.close()
+}
+
+// selfTest runs a one-token generation through a freshly loaded model.
+func selfTest(ctx context.Context, srvName string, g *slotGen, bos int32) error {
+	if bos < 0 {
+		bos = 0
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	ch, err := g.Submit(ctx, engine.Generation{ID: engine.RequestID("self-test-" + srvName), Prompt: []int32{bos}, MaxTokens: 1, TopLogprobs: -1, IgnoreEOS: true})
+	if err != nil {
+		return fmt.Errorf("%w: self-test of %s: %w", slots.ErrEngineInit, srvName, err)
+	}
+	var last engine.Event
+	for ev := range ch {
+		last = ev
+	}
+	if last.Kind != engine.EventFinished {
+		return fmt.Errorf("%w: self-test of %s: %v", slots.ErrEngineInit, srvName, last.Err)
+	}
+	return nil
+}
