@@ -100,7 +100,6 @@ type live struct {
 	kv       *kvpool.Seq // nil until the row first runs, and after preemption
 	sampler  *sample.Sampler
 	progress time.Time // last admission, prefill or decode progress
-	first    bool      // a first token was delivered
 	done     bool
 	// unwatch stops the wake-up on ctx's cancellation once the row ends.
 	unwatch func() bool

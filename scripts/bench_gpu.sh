@@ -113,7 +113,7 @@ llama)
 	# other of memory (each keeps its freed buffers), and a bench against
 	# one server should not share the GPU with another's work.
 	if [[ $SERVERS == *ours* ]]; then
-		"$PROVIDER" serve --model "$CKPT" --addr 127.0.0.1:18500 --max-concurrent "$MAX_CONCURRENT" >"$OUT/logs/ours.log" 2>&1 &
+		"$PROVIDER" serve --no-auth --model "$CKPT" --addr 127.0.0.1:18500 --max-concurrent "$MAX_CONCURRENT" >"$OUT/logs/ours.log" 2>&1 &
 		PID[ours]=$!
 		wait_ready ours http://127.0.0.1:18500 300
 		sweep ours http://127.0.0.1:18500 "$(basename "$CKPT")" "$CONCURRENCY" "$OUT/sweep-ours"
@@ -152,7 +152,7 @@ for name, t in (("ours", ours), ("mlx-lm", peer)):
 EOF
 	;;
 gptoss)
-	"$PROVIDER" serve --dummy-weights testdata/configs/gpt-oss-20b.json --tokenizer "$TOKENIZER_GPTOSS" \
+	"$PROVIDER" serve --no-auth --dummy-weights testdata/configs/gpt-oss-20b.json --tokenizer "$TOKENIZER_GPTOSS" \
 		--addr 127.0.0.1:18502 --max-concurrent "$MAX_CONCURRENT" >"$OUT/logs/ours-gptoss.log" 2>&1 &
 	PID[ours]=$!
 	wait_ready ours http://127.0.0.1:18502 400
@@ -187,7 +187,7 @@ prefix)
 		case $target in
 		ours | ours-cold)
 			env PROVIDER_PREFIX_CACHE_SSD=0 PROVIDER_PREFIX_CACHE="$([ "$target" = ours ] && echo 1 || echo 0)" \
-				"$PROVIDER" serve --model "$CKPT" --addr 127.0.0.1:18503 --max-concurrent "$MAX_CONCURRENT" >"$OUT/logs/$target.log" 2>&1 &
+				"$PROVIDER" serve --no-auth --model "$CKPT" --addr 127.0.0.1:18503 --max-concurrent "$MAX_CONCURRENT" >"$OUT/logs/$target.log" 2>&1 &
 			PID[$target]=$!
 			wait_ready "$target" http://127.0.0.1:18503 300
 			prefix_run "$target" http://127.0.0.1:18503

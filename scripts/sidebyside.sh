@@ -175,17 +175,17 @@ for t in "${wanted[@]}"; do
 	case $t in
 	ours)
 		# shellcheck disable=SC2086
-		start_server ours /v1/models env PROVIDER_PREFIX_CACHE_SSD=0 "$PROVIDER" serve --model "$MODEL" \
+		start_server ours /v1/models env PROVIDER_PREFIX_CACHE_SSD=0 "$PROVIDER" serve --no-auth --model "$MODEL" \
 			--addr "127.0.0.1:$port" --max-concurrent "$MAX_CONCURRENT" $OURS_ARGS
 		;;
 	ours-cold)
 		# shellcheck disable=SC2086
-		start_server ours-cold /v1/models env PROVIDER_PREFIX_CACHE=0 "$PROVIDER" serve --model "$MODEL" \
+		start_server ours-cold /v1/models env PROVIDER_PREFIX_CACHE=0 "$PROVIDER" serve --no-auth --model "$MODEL" \
 			--addr "127.0.0.1:$port" --max-concurrent "$MAX_CONCURRENT" $OURS_ARGS
 		;;
 	ours-int8)
 		# shellcheck disable=SC2086
-		start_server ours-int8 /v1/models env PROVIDER_PREFIX_CACHE_SSD=0 PROVIDER_CPU_INT8=1 "$PROVIDER" serve \
+		start_server ours-int8 /v1/models env PROVIDER_PREFIX_CACHE_SSD=0 PROVIDER_CPU_INT8=1 "$PROVIDER" serve --no-auth \
 			--model "$MODEL" --addr "127.0.0.1:$port" --max-concurrent "$MAX_CONCURRENT" $OURS_ARGS
 		;;
 	mlx-lm)

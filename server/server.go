@@ -99,6 +99,8 @@ type Server struct {
 	metrics *metrics
 	mux     *http.ServeMux
 
+	started time.Time // when a model not yet loaded says it was created
+
 	mu      sync.Mutex
 	loading bool
 	created map[string]time.Time
@@ -125,6 +127,7 @@ func New(o Options) *Server {
 		metrics: newMetrics(),
 		mux:     http.NewServeMux(),
 		created: map[string]time.Time{},
+		started: o.Graph.Clock.Now(),
 	}
 	s.mux.HandleFunc("POST /v1/chat/completions", s.generate(stages.Chat))
 	s.mux.HandleFunc("POST /v1/completions", s.generate(stages.Completion))
@@ -235,8 +238,11 @@ type modelJSON struct {
 
 func (s *Server) modelJSON(name string) modelJSON {
 	s.mu.Lock()
-	created := s.created[name]
+	created, ok := s.created[name]
 	s.mu.Unlock()
+	if !ok {
+		created = s.started
+	}
 	return modelJSON{ID: name, Object: "model", Created: created.Unix(), OwnedBy: "provider"}
 }
 

@@ -83,7 +83,7 @@ func TestDummyWeightsFailWithOneClearLine(t *testing.T) {
 // be served.)
 func TestServeDummyWeights(t *testing.T) {
 	config := "../../testdata/ref/gemma4_tiny/moe/config.json"
-	lines, stderr := serve(t, "--dummy-weights", config, "--addr", "127.0.0.1:0", "--kv-bytes", "2000000000")
+	lines, stderr := serve(t, "--dummy-weights", config, "--addr", "127.0.0.1:0", "--kv-bytes", "2000000000", "--no-auth")
 	var addr string
 	ready := false
 	// Models load and pass their self-test before the port opens.

@@ -39,7 +39,7 @@ func serve(t *testing.T, args ...string) (lines *bufio.Scanner, stderr io.Reader
 	cmd := exec.Command(binPath, append([]string{"serve"}, args...)...)
 	// The prefix cache's SSD tier writes under the user's cache directory:
 	// each test gets its own.
-	cmd.Env = append(os.Environ(), "XDG_CACHE_HOME="+t.TempDir())
+	cmd.Env = append(os.Environ(), "XDG_CACHE_HOME="+t.TempDir(), "XDG_CONFIG_HOME="+t.TempDir())
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

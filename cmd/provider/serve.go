@@ -20,6 +20,7 @@ import (
 
 	"github.com/goprovider/provider/engine"
 	"github.com/goprovider/provider/family"
+	"github.com/goprovider/provider/link"
 	"github.com/goprovider/provider/mlx"
 	"github.com/goprovider/provider/model"
 	"github.com/goprovider/provider/server"
@@ -88,11 +89,20 @@ func runServe(args []string) error {
 	modelsDir := fs.String("models-dir", "", "directory of models loaded on demand by name (GGUF files by base name, checkpoint directories by directory name)")
 	maxSlots := fs.Int("max-slots", slots.DefaultMaxSlots, "models kept loaded at once; loading another unloads the least recently used idle one")
 	idleUnload := fs.Duration("idle-unload", slots.DefaultIdleUnload, "unload a model no request used for this long (0: never)")
+	coordinator := fs.String("coordinator", "", "ws:// or wss:// URL of a coordinator (HOST/ws/provider) to join its network")
+	noAuth := fs.Bool("no-auth", false, "serve the HTTP API without a bearer token (loopback addresses only)")
+	tokenFile := fs.String("token-file", "", "bearer token `file` of the HTTP API, created 0600 on first run (default provider/token in the user's configuration directory)")
+	addConfigFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return usageError{fmt.Sprintf("serve: %v", err)}
 	}
 	if fs.NArg() > 0 {
 		return usageError{fmt.Sprintf("serve: unexpected argument %q", fs.Arg(0))}
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	// The configuration file fills in the flags not given here.
+	if err := applyConfig(fs, args, log); err != nil {
+		return fmt.Errorf("serve: %w", err)
 	}
 	if err := mf.check("serve"); err != nil {
 		return err
@@ -100,9 +110,13 @@ func runServe(args []string) error {
 	if *maxSlots < 1 {
 		return usageError{fmt.Sprintf("serve: --max-slots %d: must be at least 1", *maxSlots)}
 	}
+	if *noAuth {
+		if err := server.CheckNoAuth(*addr); err != nil {
+			return usageError{fmt.Sprintf("serve: --no-auth: %v", err)}
+		}
+	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	conc, err := concurrencyCap(*maxConc)
 	if err != nil {
 		return err
@@ -151,11 +165,48 @@ func runServe(args []string) error {
 		}
 		release()
 	}
+	var handler http.Handler = srv
+	if *noAuth {
+		log.Warn("HTTP API without authentication (--no-auth)", "addr", *addr)
+	} else {
+		path := *tokenFile
+		if path == "" {
+			if path, err = configFile("token"); err != nil {
+				return err
+			}
+		}
+		token, err := server.LoadOrCreateToken(path)
+		if err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
+		handler = server.RequireToken(token, srv)
+		log.Info("HTTP API requires a bearer token", "token_file", path)
+	}
+	if *coordinator != "" {
+		keyDir, err := configFile("keys")
+		if err != nil {
+			return err
+		}
+		if _, err := link.LoadKeys(keyDir); err != nil {
+			return fmt.Errorf("serve: --coordinator: %w", err)
+		}
+		// Requests from the network reach the server behind the token:
+		// the coordinator is authenticated by the link.
+		stopLink := startLink(context.Background(), *coordinator, srv, keyDir, ld.linkModels, mgr.Snapshots, func(ctx context.Context, name string) error {
+			release, err := mgr.Acquire(ctx, name)
+			if err == nil {
+				release()
+			}
+			return err
+		}, log)
+		defer stopLink()
+		log.Info("joining the coordinator's network", "coordinator", *coordinator, "keys", keyDir)
+	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	httpSrv := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	httpSrv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- httpSrv.Serve(ln) }()
 	log.Info("listening", "addr", ln.Addr().String())
@@ -196,9 +247,30 @@ func (s serveSlots) Acquire(ctx context.Context, name string) (func(), error) {
 	return s.mgr.Acquire(ctx, name)
 }
 
-func (s serveSlots) Available() []string { return s.ld.names() }
+// Available lists the catalog's models that probe as loadable: a file of
+// an architecture without an adapter, or one that does not open, is not
+// advertised.
+func (s serveSlots) Available() []string {
+	var out []string
+	for _, n := range s.ld.names() {
+		if _, err := s.ld.Probe(n); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
 
 func (s serveSlots) Snapshots() []slots.Snapshot { return s.mgr.Snapshots() }
+
+// configFile is a path under the provider's directory in the user's
+// configuration directory ($XDG_CONFIG_HOME or ~/.config).
+func configFile(name string) (string, error) {
+	dir, err := os.UserConfigDir()
+	if err != nil {
+		return "", fmt.Errorf("serve: %w", err)
+	}
+	return filepath.Join(dir, "provider", name), nil
+}
 
 // slotTickEvery is how often the slot manager runs its idle unloads and
 // wedge checks.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/goprovider/provider/cache"
 	"github.com/goprovider/provider/engine"
+	"github.com/goprovider/provider/link"
 	"github.com/goprovider/provider/mlx"
 	"github.com/goprovider/provider/model"
 	"github.com/goprovider/provider/server"
@@ -112,6 +114,33 @@ type serveLoader struct {
 	mu      sync.Mutex
 	entries map[string]catalogEntry
 	probed  map[string]slots.Info
+	archOf  map[string]string // architecture of each probed model
+}
+
+// linkModels describes the catalog for the network's register message:
+// each model's size, architecture and weight fingerprint (cache.Fingerprint:
+// names, sizes and the SHA-256 of each file's first and last MiB).
+func (sl *serveLoader) linkModels() []link.ModelInfo {
+	var out []link.ModelInfo
+	for _, name := range sl.names() {
+		info, err := sl.Probe(name)
+		if err != nil {
+			continue
+		}
+		sl.mu.Lock()
+		e, arch := sl.entries[name], sl.archOf[name]
+		sl.mu.Unlock()
+		extra := ""
+		if e.dummy {
+			extra = fmt.Sprint("dummy seed ", *sl.mf.seed)
+		}
+		fp, err := cache.Fingerprint(extra, e.path)
+		if err != nil {
+			continue
+		}
+		out = append(out, link.ModelInfo{ID: name, SizeBytes: info.WeightBytes, ModelType: arch, WeightHash: hex.EncodeToString(fp[:])})
+	}
+	return out
 }
 
 func (sl *serveLoader) names() []string {
@@ -172,6 +201,10 @@ func (sl *serveLoader) Probe(name string) (slots.Info, error) {
 	info = slots.Info{WeightBytes: weights, Demand: slots.Demand{KVRate: kvRateFP16(m.Config), Context: m.Config.ContextLength, Max: most}}
 	sl.mu.Lock()
 	sl.probed[name] = info
+	if sl.archOf == nil {
+		sl.archOf = map[string]string{}
+	}
+	sl.archOf[name] = m.Config.Arch
 	sl.mu.Unlock()
 	return info, nil
 }

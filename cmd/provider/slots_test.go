@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -299,5 +300,43 @@ func TestSlotsWedgeRebuildsThenUnloads(t *testing.T) {
 	if code, _ := complete(); code != 200 {
 		// Loaded again on demand.
 		t.Fatalf("a request after the unload got %d", code)
+	}
+}
+
+// TestSlotsCorruptAndUnknownModels: a corrupt file in the catalog is
+// refused with a closed reason and not advertised, an unknown name is
+// unknown, and neither disturbs a model that loads.
+func TestSlotsCorruptAndUnknownModels(t *testing.T) {
+	bad := t.TempDir() + "/broken.gguf"
+	if err := os.WriteFile(bad, []byte("GGUF this is not a model"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rig := newSlotRig(t, []catalogEntry{{name: "broken", path: bad}, {name: "stories", path: enginetest.Stories()}}, slots.Options{}, nil, nil)
+	ctx := context.Background()
+	if _, err := rig.mgr.Acquire(ctx, "broken"); slots.Reason(err) != "unsupported_model" {
+		t.Fatalf("corrupt model: %v, want unsupported_model", err)
+	}
+	if _, err := rig.mgr.Acquire(ctx, "nope"); !errors.Is(err, slots.ErrUnknown) {
+		t.Fatalf("unknown model: %v", err)
+	}
+	if got := (serveSlots{rig.mgr, rig.ld}).Available(); !slices.Equal(got, []string{"stories"}) {
+		t.Fatalf("advertised %v, want only stories", got)
+	}
+	hs := httptest.NewServer(rig.srv)
+	defer hs.Close()
+	for _, c := range []struct {
+		model string
+		code  int
+		want  string
+	}{{"broken", 503, `"code":"unsupported_model"`}, {"nope", 404, `"code":"model_not_found"`}, {"stories", 200, `"finish_reason"`}} {
+		resp, err := http.Post(hs.URL+"/v1/completions", "application/json", strings.NewReader(`{"model": "`+c.model+`", "prompt": "Once", "max_tokens": 2}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.code || !strings.Contains(string(b), c.want) {
+			t.Errorf("%s: %d %s, want %d with %s", c.model, resp.StatusCode, b, c.code, c.want)
+		}
 	}
 }
