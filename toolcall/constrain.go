@@ -1,0 +1,89 @@
+package toolcall
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// ErrUnconstrainable: the syntax writes arguments in a notation that is
+// not JSON (Gemma 4's), or has no calls at all, so no JSON schema can
+// describe a call in it.
+var ErrUnconstrainable = errors.New("toolcall: the syntax's calls cannot be described by a JSON schema")
+
+// Forced is what a required or named tool_choice lets the model write: a
+// call, one of Calls; when Parallel, one or more, Separator between them.
+// A constrained sampler enforces it from the first generated token.
+type Forced struct {
+	Calls     []CallText
+	Parallel  bool
+	Separator string
+}
+
+// CallText is the text of a call of one tool: Prefix, then a JSON value
+// valid against Schema (the tool's parameters), then Suffix. Prefix and
+// Suffix are literal and may hold the text of control tokens (harmony's
+// <|channel|>, <|constrain|>, <|message|>, <|call|>), which a constraint
+// must match as those tokens.
+type CallText struct {
+	Tool   string
+	Prefix string
+	Schema json.RawMessage
+	Suffix string
+}
+
+// Constrain returns what tool_choice c forces a model of syntax s to write
+// when offered tools; nil for auto and none, which force nothing.
+// parallel is the request's parallel_tool_calls; a syntax whose calls end
+// the generation (harmony's <|call|>) or fill the answer alone (Llama 3's)
+// makes one call whatever it says. A named tool that is not offered is an
+// error (the request's parser refuses it first).
+func Constrain(s Syntax, tools []Tool, c Choice, parallel bool) (*Forced, error) {
+	if c.Mode != Required && c.Mode != Named {
+		return nil, nil
+	}
+	if !s.Scans() && s != Harmony || s == Gemma4 {
+		return nil, fmt.Errorf("%w: %s", ErrUnconstrainable, s)
+	}
+	f := &Forced{Parallel: parallel}
+	switch s {
+	case Hermes:
+		f.Separator = "\n"
+	case ToolCode:
+		f.Separator = "\n"
+	default:
+		f.Parallel = false
+	}
+	for _, t := range tools {
+		if c.Mode == Named && t.Name != c.Name {
+			continue
+		}
+		f.Calls = append(f.Calls, callText(s, t))
+	}
+	if len(f.Calls) == 0 {
+		return nil, fmt.Errorf("toolcall: tool_choice names no offered tool")
+	}
+	return f, nil
+}
+
+func callText(s Syntax, t Tool) CallText {
+	schema := t.Parameters
+	if len(schema) == 0 {
+		schema = json.RawMessage(`{"type":"object","properties":{},"additionalProperties":false}`)
+	}
+	var name strings.Builder
+	writeJSONString(&name, t.Name)
+	ct := CallText{Tool: t.Name, Schema: schema}
+	switch s {
+	case Hermes:
+		ct.Prefix, ct.Suffix = hermesOpen+"\n"+`{"name": `+name.String()+`, "arguments": `, "}\n"+hermesClose
+	case ToolCode:
+		ct.Prefix, ct.Suffix = toolCodeOpen+"\n"+`{"name": `+name.String()+`, "arguments": `, "}\n"+fence
+	case Llama3:
+		ct.Prefix, ct.Suffix = `{"name": `+name.String()+`, "parameters": `, "}"
+	case Harmony:
+		ct.Prefix, ct.Suffix = "<|channel|>commentary to=functions."+t.Name+" <|constrain|>json<|message|>", "<|call|>"
+	}
+	return ct
+}
