@@ -1,6 +1,7 @@
 package toolcall
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -86,4 +87,74 @@ func callText(s Syntax, t Tool) CallText {
 		ct.Prefix, ct.Suffix = "<|channel|>commentary to=functions."+t.Name+" <|constrain|>json<|message|>", "<|call|>"
 	}
 	return ct
+}
+
+// Lark is f as a grammar in llguidance's Lark dialect (package grammar's
+// Lark kind): each call's prefix and suffix as literals, harmony's control
+// tokens as special tokens, and the arguments as an inline %json schema.
+func (f *Forced) Lark() string {
+	var b strings.Builder
+	if f.Parallel {
+		b.WriteString("start: call (" + larkText(f.Separator) + " call)*\n")
+	} else {
+		b.WriteString("start: call\n")
+	}
+	b.WriteString("call: ")
+	for i := range f.Calls {
+		if i > 0 {
+			b.WriteString(" | ")
+		}
+		fmt.Fprintf(&b, "call_%d", i)
+	}
+	b.WriteByte('\n')
+	for i, c := range f.Calls {
+		fmt.Fprintf(&b, "call_%d: %s args_%d %s\n", i, larkText(c.Prefix), i, larkText(c.Suffix))
+		var schema bytes.Buffer
+		if json.Compact(&schema, c.Schema) != nil {
+			schema.Reset()
+			schema.WriteString(`{"type":"object"}`)
+		}
+		fmt.Fprintf(&b, "args_%d: %%json %s\n", i, schema.String())
+	}
+	return b.String()
+}
+
+// larkText writes literal text as Lark terms: quoted strings, and
+// harmony's control tokens as special tokens.
+func larkText(s string) string {
+	var terms []string
+	for s != "" {
+		i := strings.Index(s, "<|")
+		j := -1
+		if i >= 0 {
+			j = strings.Index(s[i:], "|>")
+		}
+		if i < 0 || j < 0 || !harmonyToken(s[i:i+j+2]) {
+			terms = append(terms, larkString(s))
+			break
+		}
+		if i > 0 {
+			terms = append(terms, larkString(s[:i]))
+		}
+		terms = append(terms, s[i:i+j+2])
+		s = s[i+j+2:]
+	}
+	if len(terms) == 0 {
+		return `""`
+	}
+	return strings.Join(terms, " ")
+}
+
+func harmonyToken(t string) bool {
+	switch t {
+	case "<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>", "<|return|>", "<|call|>":
+		return true
+	}
+	return false
+}
+
+func larkString(s string) string {
+	var b strings.Builder
+	writeJSONString(&b, s)
+	return b.String()
 }

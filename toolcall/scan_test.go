@@ -187,6 +187,21 @@ func TestConstrain(t *testing.T) {
 	if err != nil || f.Parallel || f.Calls[0].Prefix != "<|channel|>commentary to=functions.now <|constrain|>json<|message|>" || f.Calls[0].Suffix != "<|call|>" {
 		t.Fatalf("harmony: %+v %v", f, err)
 	}
+	want := "start: call\ncall: call_0\n" +
+		`call_0: <|channel|> "commentary to=functions.now " <|constrain|> "json" <|message|> args_0 <|call|>` + "\n" +
+		`args_0: %json {"type":"object","properties":{},"additionalProperties":false}` + "\n"
+	if got := f.Lark(); got != want {
+		t.Fatalf("harmony grammar:\n%s\nwant:\n%s", got, want)
+	}
+	f, _ = Constrain(Hermes, tools, Choice{Mode: Required}, true)
+	want = "start: call (\"\\n\" call)*\ncall: call_0 | call_1\n" +
+		`call_0: "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": " args_0 "}\n</tool_call>"` + "\n" +
+		`args_0: %json {"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}` + "\n" +
+		`call_1: "<tool_call>\n{\"name\": \"now\", \"arguments\": " args_1 "}\n</tool_call>"` + "\n" +
+		`args_1: %json {"type":"object","properties":{},"additionalProperties":false}` + "\n"
+	if got := f.Lark(); got != want {
+		t.Fatalf("hermes grammar:\n%s\nwant:\n%s", got, want)
+	}
 	if _, err := Constrain(Gemma4, tools, Choice{Mode: Required}, true); err == nil {
 		t.Fatal("Gemma 4's notation described by a JSON schema")
 	}
