@@ -385,3 +385,15 @@ func expandHome(s string) (string, error) {
 	}
 	return filepath.Join(home, rest), nil
 }
+
+// FlagKeys maps each serve flag the file can set to its keys, in table
+// order.
+func FlagKeys() map[string][]string {
+	out := map[string][]string{}
+	for _, e := range table {
+		if e.flag != "" {
+			out[e.flag] = append(out[e.flag], e.key)
+		}
+	}
+	return out
+}

@@ -1575,4 +1575,8 @@ int mlx_fast_cpu_threads(int n) {
   return Pool::get().resize(n);
 }
 
+const char* mlx_fast_version() { return mx::version(); }
+
+int mlx_fast_cpu_threads_in_use() { return Pool::get().threads(); }
+
 }  // extern "C"

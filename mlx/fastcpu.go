@@ -116,3 +116,9 @@ func GrowBuffer(s Stream, old Array, rows int) (Array, error) {
 
 // IsCPU reports whether the stream runs on the CPU.
 func (s Stream) IsCPU() bool { return C.mlx_fast_stream_is_cpu(s.c) == 1 }
+
+// CPUThreads is how many threads the CPU kernels use.
+func CPUThreads() int { return int(C.mlx_fast_cpu_threads_in_use()) }
+
+// Version is the version of the MLX library the binary runs on.
+func Version() string { return C.GoString(C.mlx_fast_version()) }

@@ -67,6 +67,12 @@ int mlx_fast_cpu_int8(void);
 // hardware thread) and returns the number in use.
 int mlx_fast_cpu_threads(int n);
 
+// mlx_fast_version is the MLX library's version string (static storage).
+const char* mlx_fast_version(void);
+
+// mlx_fast_cpu_threads_in_use is the number of threads of the CPU kernels.
+int mlx_fast_cpu_threads_in_use(void);
+
 #ifdef __cplusplus
 }
 #endif

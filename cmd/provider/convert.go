@@ -13,14 +13,11 @@ import (
 
 func runConvert(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("convert", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	src := fs.String("model", defaultModel, "GGUF file to convert")
-	out := fs.String("out", "", "directory to write the HF/MLX checkpoint into (new or empty)")
-	if err := fs.Parse(args); err != nil {
-		return usageError{fmt.Sprintf("convert: %v", err)}
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("convert: unexpected argument %q", fs.Arg(0))}
+	src := fs.String("model", defaultModel, "GGUF `file` to convert")
+	out := fs.String("out", "", "`directory` to write the HF/MLX checkpoint into (new or empty)")
+	cmd := command{name: "convert", synopsis: "Write a GGUF checkpoint as an HF/MLX checkpoint directory, exactly: the same tensors, tokenizer and chat template."}
+	if err := cmd.parse(fs, args, stdout); err != nil {
+		return err
 	}
 	if *out == "" {
 		return usageError{"convert: --out is required"}

@@ -2,12 +2,10 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
 
 	"github.com/goprovider/provider/family"
@@ -34,11 +32,17 @@ func runGenerate(args []string) error {
 	topK := fs.Int("top-k", 0, "sample among the k most likely tokens; 0 is no limit")
 	seed := fs.Int64("seed", -1, "sampling seed; negative picks one at random")
 	device := fs.String("device", "auto", "auto, cpu or gpu")
-	if err := fs.Parse(args); err != nil {
-		return usageError{fmt.Sprintf("generate: %v", err)}
+	cmd := command{name: "generate", synopsis: "Stream a completion of one prompt to stdout (statistics to stderr). Without --prompt, a prompt piped on stdin is read; from a terminal, generation starts from the BOS token alone. A first Ctrl-C stops the generation, a second exits at once.",
+		env: map[string]string{"device": "PROVIDER_CPU_THREADS, PROVIDER_CPU_INT8"}}
+	if err := cmd.parse(fs, args, os.Stdout); err != nil {
+		return err
 	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("generate: unexpected argument %q", fs.Arg(0))}
+	if !flagSet(fs, "prompt") && !isTerminal(os.Stdin) {
+		b, err := io.ReadAll(os.Stdin)
+		if err != nil {
+			return fmt.Errorf("generate: reading the prompt from stdin: %w", err)
+		}
+		*prompt = strings.TrimRight(string(b), "\n")
 	}
 	if err := mf.check("generate"); err != nil {
 		return err
@@ -72,7 +76,7 @@ func runGenerate(args []string) error {
 		return err
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := interruptible()
 	defer stop()
 	out := bufio.NewWriter(os.Stdout)
 	defer out.Flush()

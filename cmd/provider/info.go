@@ -78,14 +78,11 @@ type quantLevel struct {
 
 func runInfo(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("info", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	modelPath := fs.String("model", defaultModel, "GGUF file, HF/MLX checkpoint directory, or a config.json")
-	tokens := fs.Int("tokens", -1, "sequence length for kv_bytes_per_sequence; default the context length")
-	if err := fs.Parse(args); err != nil {
-		return usageError{fmt.Sprintf("info: %v", err)}
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("info: unexpected argument %q", fs.Arg(0))}
+	tokens := fs.Int("tokens", -1, "sequence length for kv_bytes_per_sequence; -1 is the context length")
+	cmd := command{name: "info", synopsis: "Describe a model as JSON: architecture, layer kinds, KV bytes per token and per sequence, weight bytes, the prefix cache's adoption bound; from its config alone when the weights are absent."}
+	if err := cmd.parse(fs, args, stdout); err != nil {
+		return err
 	}
 	if *tokens < -1 {
 		return usageError{"info: --tokens must be >= 0"}

@@ -22,6 +22,9 @@ commands:
   bench      measure OpenAI-compatible servers (ours or a peer) over HTTP
   info       describe a model (layer kinds, KV bytes, weights) as JSON, from its config alone if need be
   convert    write a GGUF checkpoint as an HF/MLX directory, exactly
+  version    print the provider's version, MLX's version and the backends
+
+Run provider <command> --help for a command's flags.
 `
 
 func main() {
@@ -41,12 +44,17 @@ func main() {
 		err = runInfo(os.Args[2:], os.Stdout)
 	case "convert":
 		err = runConvert(os.Args[2:], os.Stdout)
+	case "version", "--version":
+		err = runVersion(os.Stdout)
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return
 	default:
 		fmt.Fprintf(os.Stderr, "provider: unknown command %q\n%s", os.Args[1], usage)
 		os.Exit(2)
+	}
+	if errors.Is(err, errHelp) {
+		return
 	}
 	if err != nil {
 		var ue usageError

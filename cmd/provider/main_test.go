@@ -36,7 +36,7 @@ const stories = "../../testdata/models/stories260K.gguf"
 // line, and stops it with SIGTERM when the test ends.
 func serve(t *testing.T, args ...string) (lines *bufio.Scanner, stderr io.Reader) {
 	t.Helper()
-	cmd := exec.Command(binPath, append([]string{"serve"}, args...)...)
+	cmd := exec.Command(binPath, append([]string{"serve", "--log-format", "text"}, args...)...)
 	// The prefix cache's SSD tier writes under the user's cache directory:
 	// each test gets its own.
 	cmd.Env = append(os.Environ(), "XDG_CACHE_HOME="+t.TempDir(), "XDG_CONFIG_HOME="+t.TempDir())

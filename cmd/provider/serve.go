@@ -83,9 +83,12 @@ func runServe(args []string) error {
 	addr := fs.String("addr", "127.0.0.1:8000", "listen address")
 	maxConc := fs.Int("max-concurrent", engine.DefaultMaxConcurrent,
 		fmt.Sprintf("cap on running requests per model, 1 to %d (larger values are clamped); below it the KV budget decides how many run together", engine.MaxConcurrentLimit))
-	kvBytes := fs.Int64("kv-bytes", 0, "KV cache budget in bytes shared by all loaded models; 0 derives it from the device's memory on a GPU, physical memory on the CPU, less the weights held")
+	var kvBytes, prefixBytes byteSize
+	fs.Var(&kvBytes, "kv-bytes", "KV cache `size` shared by all loaded models (bytes, or with a unit: 2GiB, 500MB); 0 derives it from the device's memory on a GPU, physical memory on the CPU, less the weights held")
 	device := fs.String("device", "auto", "auto, cpu or gpu")
-	prefixBytes := fs.Int64("prefix-cache-bytes", 0, "RAM budget of each model's prefix cache, carved out of its KV grant (the engine keeps at least 1 GiB); 0 is physical memory / 8; PROVIDER_PREFIX_CACHE=0 turns the cache off")
+	fs.Var(&prefixBytes, "prefix-cache-bytes", "RAM `size` of each model's prefix cache, carved out of its KV grant (the engine keeps at least 1 GiB); 0 is physical memory / 8")
+	ctxSize := fs.Int("ctx-size", 0, "context length in `tokens` (prompt plus output) of every model; 0 is each model's own, a larger value is clamped to it")
+	logFormat := fs.String("log-format", "auto", "text, json, or auto: text on a terminal, JSON lines otherwise")
 	modelsDir := fs.String("models-dir", "", "directory of models loaded on demand by name (GGUF files by base name, checkpoint directories by directory name)")
 	maxSlots := fs.Int("max-slots", slots.DefaultMaxSlots, "models kept loaded at once; loading another unloads the least recently used idle one")
 	idleUnload := fs.Duration("idle-unload", slots.DefaultIdleUnload, "unload a model no request used for this long (0: never)")
@@ -93,13 +96,16 @@ func runServe(args []string) error {
 	noAuth := fs.Bool("no-auth", false, "serve the HTTP API without a bearer token (loopback addresses only)")
 	tokenFile := fs.String("token-file", "", "bearer token `file` of the HTTP API, created 0600 on first run (default provider/token in the user's configuration directory)")
 	addConfigFlag(fs)
-	if err := fs.Parse(args); err != nil {
-		return usageError{fmt.Sprintf("serve: %v", err)}
+	cmd := command{name: "serve", config: serveConfigKeys(),
+		synopsis: "Serve models over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, /v1/models, /health, /metrics). The --model models load and pass a one-token self-test before the port opens; --models-dir models load on demand.",
+		env:      map[string]string{"prefix-cache-bytes": "PROVIDER_PREFIX_CACHE=0 turns the cache off, PROVIDER_PREFIX_CACHE_SSD=0 its SSD tier", "device": "PROVIDER_CPU_THREADS, PROVIDER_CPU_INT8"}}
+	if err := cmd.parse(fs, args, os.Stdout); err != nil {
+		return err
 	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("serve: unexpected argument %q", fs.Arg(0))}
+	log, err := newLogger(*logFormat, os.Stderr)
+	if err != nil {
+		return err
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	// The configuration file fills in the flags not given here.
 	if err := applyConfig(fs, args, log); err != nil {
 		return fmt.Errorf("serve: %w", err)
@@ -117,6 +123,9 @@ func runServe(args []string) error {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if *ctxSize < 0 {
+		return usageError{fmt.Sprintf("serve: --ctx-size %d: must be at least 0", *ctxSize)}
+	}
 	conc, err := concurrencyCap(*maxConc)
 	if err != nil {
 		return err
@@ -132,8 +141,8 @@ func runServe(args []string) error {
 	if err != nil {
 		return err
 	}
-	if *kvBytes > 0 {
-		log.Info("kv budget", "source", "--kv-bytes", "kv_bytes", *kvBytes)
+	if kvBytes > 0 {
+		log.Info("kv budget", "source", "--kv-bytes", "kv_bytes", int64(kvBytes))
 	} else {
 		log.Info("kv budget", "source", mem.name, "memory_bytes", mem.bytes, "memory_cap", slots.MemoryCap(mem.bytes))
 	}
@@ -142,12 +151,12 @@ func runServe(args []string) error {
 		idle = -1
 	}
 
-	ld := &serveLoader{mf: mf, device: *device, log: log, conc: conc, prefixBytes: *prefixBytes, archs: family.Supported(),
+	ld := &serveLoader{mf: mf, device: *device, log: log, conc: conc, prefixBytes: int64(prefixBytes), ctxSize: *ctxSize, archs: family.Supported(),
 		entries: map[string]catalogEntry{}, probed: map[string]slots.Info{}}
 	for _, e := range catalog {
 		ld.entries[e.name] = e
 	}
-	mgr := slots.New(ld, slots.Options{Memory: mem.bytes, Budget: *kvBytes, MaxSlots: *maxSlots, IdleUnload: idle, Logger: log})
+	mgr := slots.New(ld, slots.Options{Memory: mem.bytes, Budget: int64(kvBytes), MaxSlots: *maxSlots, IdleUnload: idle, Logger: log})
 	srv := server.New(server.Options{Architectures: family.Supported(), Logger: log, Slots: serveSlots{mgr, ld}})
 	ld.srv = srv
 	srv.SetLoading(true)
@@ -166,6 +175,7 @@ func runServe(args []string) error {
 		release()
 	}
 	var handler http.Handler = srv
+	authNote := "none (--no-auth)"
 	if *noAuth {
 		log.Warn("HTTP API without authentication (--no-auth)", "addr", *addr)
 	} else {
@@ -180,6 +190,7 @@ func runServe(args []string) error {
 			return fmt.Errorf("serve: %w", err)
 		}
 		handler = server.RequireToken(token, srv)
+		authNote = "bearer token in " + path
 		log.Info("HTTP API requires a bearer token", "token_file", path)
 	}
 	if *coordinator != "" {
@@ -211,6 +222,7 @@ func runServe(args []string) error {
 	go func() { serveErr <- httpSrv.Serve(ln) }()
 	log.Info("listening", "addr", ln.Addr().String())
 	srv.SetLoading(false)
+	banner(os.Stderr, bannerInfo{addr: ln.Addr().String(), device: *device, mem: mem, budget: int64(kvBytes), auth: authNote, mgr: mgr, ld: ld, coordinator: *coordinator})
 	stopStats := logCacheStats(log, srv, cacheStatsEvery)
 	defer stopStats()
 	stopTicks := tickSlots(mgr, slotTickEvery)
@@ -219,7 +231,7 @@ func runServe(args []string) error {
 	// Loading initialized the backend's libraries; some replace the Go
 	// runtime's handlers for termination signals.
 	mlx.RestoreSignals()
-	sig := make(chan os.Signal, 1)
+	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	select {
 	case err := <-serveErr:
@@ -227,7 +239,12 @@ func runServe(args []string) error {
 			return fmt.Errorf("serve: %w", err)
 		}
 	case <-sig:
-		log.Info("shutting down", "drain", drainTimeout.String())
+		log.Info("shutting down; a second signal exits at once", "drain", drainTimeout.String())
+		go func() {
+			<-sig
+			log.Warn("second signal: exiting without draining")
+			os.Exit(130)
+		}()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()

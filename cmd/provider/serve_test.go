@@ -105,7 +105,7 @@ func TestServeMaxConcurrentBelowOne(t *testing.T) {
 // On the CPU the budget comes from physical memory, and a cap above the
 // limit is clamped with a warning, never silently.
 func TestServeLogsBudgetSourceAndClamp(t *testing.T) {
-	lines, _ := serve(t, "--model", stories, "--addr", "127.0.0.1:0", "--device", "cpu", "--max-concurrent", "1000")
+	lines, _ := serve(t, "--model", stories, "--addr", "127.0.0.1:0", "--device", "cpu", "--max-concurrent", "1000", "--log-format", "text")
 	var clamped, budget, prefix, ready bool
 	var log []string
 	for !ready && lines.Scan() {

@@ -105,6 +105,7 @@ type serveLoader struct {
 	log         *slog.Logger
 	conc        int
 	prefixBytes int64
+	ctxSize     int // --ctx-size: caps every model's context (0: none)
 	archs       []string
 	// clock and beforeStep reach every engine (tests: a mock clock, and a
 	// hook that freezes steps); nil is the wall clock and no hook.
@@ -115,6 +116,7 @@ type serveLoader struct {
 	entries map[string]catalogEntry
 	probed  map[string]slots.Info
 	archOf  map[string]string // architecture of each probed model
+	ctxOf   map[string]int    // context length of each probed model
 }
 
 // linkModels describes the catalog for the network's register message:
@@ -170,6 +172,26 @@ func (sl *serveLoader) open(e catalogEntry) (*model.Model, uploader, int64, erro
 	return m, m.Upload, m.WeightBytes(), nil
 }
 
+// capContext applies --ctx-size to a model's config: a smaller context is
+// taken, a larger one clamped to the model's own (logged).
+func (sl *serveLoader) capContext(name string, c *model.Config) {
+	n := sl.ctxSize
+	switch {
+	case n <= 0:
+	case c.ContextLength > 0 && n > c.ContextLength:
+		sl.log.Warn("--ctx-size above the model's context, clamped", "model", name, "requested", n, "context", c.ContextLength)
+	default:
+		c.ContextLength = n
+	}
+}
+
+// context is a probed model's context length (0: unknown).
+func (sl *serveLoader) context(name string) int {
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	return sl.ctxOf[name]
+}
+
 // Probe implements slots.Loader.
 func (sl *serveLoader) Probe(name string) (slots.Info, error) {
 	sl.mu.Lock()
@@ -187,6 +209,7 @@ func (sl *serveLoader) Probe(name string) (slots.Info, error) {
 		return slots.Info{}, fmt.Errorf("%w: %w", slots.ErrUnsupported, err)
 	}
 	defer m.Close()
+	sl.capContext(name, &m.Config)
 	if sl.archs != nil && !slices.Contains(sl.archs, m.Config.Arch) {
 		return slots.Info{}, fmt.Errorf("%w: architecture %q has no adapter", slots.ErrUnsupported, m.Config.Arch)
 	}
@@ -205,6 +228,10 @@ func (sl *serveLoader) Probe(name string) (slots.Info, error) {
 		sl.archOf = map[string]string{}
 	}
 	sl.archOf[name] = m.Config.Arch
+	if sl.ctxOf == nil {
+		sl.ctxOf = map[string]int{}
+	}
+	sl.ctxOf[name] = m.Config.ContextLength
 	sl.mu.Unlock()
 	return info, nil
 }
@@ -216,6 +243,9 @@ func (sl *serveLoader) Load(_ context.Context, name string, grant int64) (slots.
 	sl.mu.Unlock()
 	l, err := loadModel(func() (*model.Model, string, uploader, error) {
 		m, up, _, err := sl.open(e)
+		if err == nil {
+			sl.capContext(name, &m.Config)
+		}
 		return m, name, up, err
 	}, sl.device)
 	if err != nil {
