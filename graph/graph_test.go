@@ -63,7 +63,7 @@ func TestSubmit(t *testing.T) {
 	}{
 		{"story", "a", chatBody(``), "Once upon a time, there was a little girl named Lily.", "length", nil},
 		{"stop string cancels the row", "held", chatBody(`,"stop":"girl"`), "Once upon a time, there was a little ", "stop", nil},
-		{"invalid", "b", chatBody(`,"n":2`), "", "", stages.ErrInvalid},
+		{"invalid", "b", chatBody(`,"n":0`), "", "", stages.ErrInvalid},
 		{"unknown model", "c", []byte(`{"model":"nope","messages":[{"role":"user","content":"x"}]}`), "", "", stages.ErrUnknownModel},
 		{"engine queue full", "full", chatBody(``), "", "", engine.ErrQueueFull},
 	}

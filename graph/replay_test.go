@@ -18,7 +18,7 @@ var traceInputs = []Exchange{
 	{Input: stages.Input{Endpoint: stages.Completion, Body: []byte(`{"model":"stories","prompt":"Once upon","max_tokens":4,"logprobs":1}`)}, MintedID: "minted-2"},
 	{Input: stages.Input{Endpoint: stages.Chat, CallerID: "refused", Body: []byte(`{"model":"stories","messages":[{"role":"user","content":"hi"}]}`)}},
 	{Input: stages.Input{Endpoint: stages.Completion, CallerID: "broken", Body: []byte(`{"model":"stories","prompt":"Lily","stream":true}`)}},
-	{Input: stages.Input{Endpoint: stages.Chat, Body: []byte(`{"model":"stories","messages":[{"role":"user","content":"hi"}],"n":2}`)}, MintedID: "minted-5"},
+	{Input: stages.Input{Endpoint: stages.Chat, Body: []byte(`{"model":"stories","messages":[{"role":"user","content":"hi"}],"n":17}`)}, MintedID: "minted-5"},
 	{Input: stages.Input{Endpoint: stages.Chat, Body: []byte(`{"model":"other","messages":[{"role":"user","content":"hi"}]}`)}, MintedID: "minted-6"},
 }
 
@@ -59,7 +59,7 @@ func record(t *testing.T) Trace {
 
 func TestReplayTrace(t *testing.T) {
 	recorded := record(t)
-	wantErr := []string{"", "", "submit: engine: waiting queue full", "engine: generation step failed", "parse: invalid request: unsupported_parameter (n)", "parse: unknown model"}
+	wantErr := []string{"", "", "submit: engine: waiting queue full", "engine: generation step failed", "parse: invalid request: invalid_value (n)", "parse: unknown model"}
 	for i, ex := range recorded.Exchanges {
 		if ex.Err != wantErr[i] {
 			t.Fatalf("exchange %d: err %q, want %q", i, ex.Err, wantErr[i])

@@ -2,7 +2,7 @@ package mlx
 
 /*
 #cgo CXXFLAGS: -std=c++20 -O2 -I${SRCDIR}/../.deps/mlx/mlx/include
-#cgo LDFLAGS: -L${SRCDIR}/../.deps/mlx/mlx/lib -lmlx -Wl,-rpath,${SRCDIR}/../.deps/mlx/mlx/lib
+#cgo LDFLAGS: -L${SRCDIR}/../.deps/mlx/mlx/lib -lmlx -Wl,-rpath,$ORIGIN/../lib/provider/mlx/lib -Wl,-rpath,$ORIGIN/../.deps/mlx/mlx/lib -Wl,-rpath,${SRCDIR}/../.deps/mlx/mlx/lib
 #include <stdlib.h>
 #include <string.h>
 #include "mlxc.h"

@@ -9,38 +9,110 @@ import (
 	"sort"
 )
 
-// Params are a request's sampling settings. The zero value is greedy.
+// Bounds of the sampling knobs, as OpenAI and llama.cpp take them.
+const (
+	// MaxBias bounds a logit_bias value's magnitude.
+	MaxBias = 100
+	// MaxPenalty bounds frequency_penalty's and presence_penalty's
+	// magnitude.
+	MaxPenalty = 2
+	// MaxRepetitionPenalty bounds repetition_penalty.
+	MaxRepetitionPenalty = 10
+	// RepetitionWindow is how many of the sequence's last tokens (prompt
+	// included) repetition_penalty looks at: llama.cpp's default
+	// penalty_last_n.
+	RepetitionWindow = 64
+)
+
+// Params are a request's sampling settings. The zero value is greedy and
+// changes nothing of the logits.
 type Params struct {
 	Temperature float64 // 0: greedy
 	TopP        float64 // (0, 1]; 0 means 1
 	TopK        int     // 0: no limit
-	Seed        *uint64 // nil: a random seed
+	// MinP drops tokens less likely than MinP times the most likely one;
+	// 0 is off.
+	MinP float64
+	// FrequencyPenalty and PresencePenalty, in [-2, 2], lower the logit of
+	// a token generated c > 0 times so far by c x FrequencyPenalty +
+	// PresencePenalty.
+	FrequencyPenalty float64
+	PresencePenalty  float64
+	// RepetitionPenalty, in (0, 10], divides the positive logits and
+	// multiplies the others of the tokens among the sequence's last
+	// RepetitionWindow; 0 and 1 are off.
+	RepetitionPenalty float64
+	// LogitBias is added to its tokens' logits first; sorted by token,
+	// each at most once.
+	LogitBias []Bias
+	Seed      *uint64 // nil: a random seed
+}
+
+// Bias is one logit_bias entry.
+type Bias struct {
+	Token int32
+	Value float64 // [-100, 100]
 }
 
 // Validate reports settings no sampler can honour.
 func (p Params) Validate() error {
+	bad := func(x, lo, hi float64) bool { return math.IsNaN(x) || x < lo || x > hi }
 	switch {
-	case math.IsNaN(p.Temperature) || p.Temperature < 0 || p.Temperature > 100:
+	case bad(p.Temperature, 0, 100):
 		return fmt.Errorf("temperature %v outside [0, 100]", p.Temperature)
-	case math.IsNaN(p.TopP) || p.TopP < 0 || p.TopP > 1:
+	case bad(p.TopP, 0, 1):
 		return fmt.Errorf("top_p %v outside [0, 1]", p.TopP)
 	case p.TopK < 0:
 		return fmt.Errorf("top_k %d is negative", p.TopK)
+	case bad(p.MinP, 0, 1):
+		return fmt.Errorf("min_p %v outside [0, 1]", p.MinP)
+	case bad(p.FrequencyPenalty, -MaxPenalty, MaxPenalty):
+		return fmt.Errorf("frequency_penalty %v outside [-2, 2]", p.FrequencyPenalty)
+	case bad(p.PresencePenalty, -MaxPenalty, MaxPenalty):
+		return fmt.Errorf("presence_penalty %v outside [-2, 2]", p.PresencePenalty)
+	case bad(p.RepetitionPenalty, 0, MaxRepetitionPenalty):
+		return fmt.Errorf("repetition_penalty %v outside (0, %d]", p.RepetitionPenalty, MaxRepetitionPenalty)
+	}
+	for i, b := range p.LogitBias {
+		switch {
+		case b.Token < 0 || (i > 0 && b.Token <= p.LogitBias[i-1].Token):
+			return fmt.Errorf("logit_bias tokens must be non-negative, sorted and distinct")
+		case bad(b.Value, -MaxBias, MaxBias):
+			return fmt.Errorf("logit_bias %v outside [-100, 100]", b.Value)
+		}
 	}
 	return nil
 }
+
+// reshapes reports whether the settings change the logits before the
+// filters (bias or penalties), and so may move the argmax.
+func (p Params) reshapes() bool {
+	return len(p.LogitBias) > 0 || p.FrequencyPenalty != 0 || p.PresencePenalty != 0 || p.repeats()
+}
+
+func (p Params) repeats() bool { return p.RepetitionPenalty != 0 && p.RepetitionPenalty != 1 }
 
 // Sampler draws tokens for one sequence.
 type Sampler struct {
 	p   Params
 	rng *mrand.Rand
+	// recent is the sequence's last RepetitionWindow tokens, oldest
+	// first; kept only with a repetition penalty.
+	recent []int32
+	// counts are the generated tokens' occurrences; kept only with a
+	// frequency or presence penalty.
+	counts map[int32]int
 	// scratch reused across calls to avoid per-token allocation.
+	work  []float64
 	idx   []int32
 	probs []float64
+	seen  []int32
 }
 
 // New returns a sampler; with a nil seed it seeds itself from crypto/rand.
-func New(p Params) *Sampler {
+// prompt is the sequence's prompt, which the repetition penalty's window
+// starts with.
+func New(p Params, prompt ...int32) *Sampler {
 	var seed uint64
 	if p.Seed != nil {
 		seed = *p.Seed
@@ -49,67 +121,54 @@ func New(p Params) *Sampler {
 		_, _ = rand.Read(b[:])
 		seed = binary.LittleEndian.Uint64(b[:])
 	}
-	return &Sampler{p: p, rng: mrand.New(mrand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+	s := &Sampler{p: p, rng: mrand.New(mrand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+	if p.repeats() {
+		s.recent = append(make([]int32, 0, RepetitionWindow), prompt[max(len(prompt)-RepetitionWindow, 0):]...)
+	}
+	if p.FrequencyPenalty != 0 || p.PresencePenalty != 0 {
+		s.counts = map[int32]int{}
+	}
+	return s
 }
 
-// Greedy reports whether the sampler always takes the argmax.
-func (s *Sampler) Greedy() bool { return s.p.Temperature == 0 || s.p.TopK == 1 }
+// Greedy reports whether the sampler always takes the argmax of the raw
+// logits: temperature 0 or top_k 1, and nothing that moves the argmax.
+func (s *Sampler) Greedy() bool {
+	return (s.p.Temperature == 0 || s.p.TopK == 1) && !s.p.reshapes()
+}
 
-// Next picks a token from logits.
+// Next picks a token from logits and records it as the sequence's next.
 func (s *Sampler) Next(logits []float32) int32 {
 	if s.Greedy() {
-		return Argmax(logits)
+		tok := Argmax(logits)
+		s.accept(tok)
+		return tok
 	}
-	s.idx = s.idx[:0]
-	for i := range logits {
-		if !math.IsInf(float64(logits[i]), -1) && !math.IsNaN(float64(logits[i])) {
-			s.idx = append(s.idx, int32(i))
-		}
-	}
-	if len(s.idx) == 0 {
-		return Argmax(logits)
-	}
-	needSort := (s.p.TopK > 0 && s.p.TopK < len(s.idx)) || (s.p.TopP > 0 && s.p.TopP < 1)
-	if needSort {
-		sort.SliceStable(s.idx, func(a, b int) bool { return logits[s.idx[a]] > logits[s.idx[b]] })
-		if s.p.TopK > 0 && s.p.TopK < len(s.idx) {
-			s.idx = s.idx[:s.p.TopK]
-		}
-	}
-	maxL := math.Inf(-1)
-	for _, i := range s.idx {
-		maxL = math.Max(maxL, float64(logits[i]))
-	}
-	s.probs = s.probs[:0]
-	var sum float64
-	for _, i := range s.idx {
-		p := math.Exp((float64(logits[i]) - maxL) / s.p.Temperature)
-		s.probs = append(s.probs, p)
-		sum += p
-	}
-	n := len(s.probs)
-	if s.p.TopP > 0 && s.p.TopP < 1 {
-		var cum float64
-		for j, p := range s.probs {
-			cum += p / sum
-			if cum >= s.p.TopP {
-				n = j + 1
-				break
-			}
-		}
-		sum = 0
-		for _, p := range s.probs[:n] {
-			sum += p
-		}
-	}
-	u := s.rng.Float64() * sum
-	for j, p := range s.probs[:n] {
+	ids, probs := s.Filter(logits)
+	u := s.rng.Float64()
+	tok := ids[len(ids)-1]
+	for j, p := range probs {
 		u -= p
 		if u < 0 {
-			return s.idx[j]
+			tok = ids[j]
+			break
 		}
 	}
-	return s.idx[n-1]
+	s.accept(tok)
+	return tok
+}
+
+// accept records tok as the sequence's next token.
+func (s *Sampler) accept(tok int32) {
+	if s.p.repeats() {
+		if len(s.recent) == RepetitionWindow {
+			s.recent = append(s.recent[:0], s.recent[1:]...)
+		}
+		s.recent = append(s.recent, tok)
+	}
+	if s.counts != nil {
+		s.counts[tok]++
+	}
 }
 
 // Argmax is the index of the largest logit; ties go to the lowest index.

@@ -79,12 +79,17 @@ func TestLogprobs(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
-	for _, p := range []Params{{Temperature: -1}, {TopP: 1.5}, {TopK: -3}, {Temperature: math.NaN()}} {
+	for _, p := range []Params{{Temperature: -1}, {TopP: 1.5}, {TopK: -3}, {Temperature: math.NaN()},
+		{MinP: 1.1}, {FrequencyPenalty: 2.5}, {PresencePenalty: -2.1}, {RepetitionPenalty: -1}, {RepetitionPenalty: 11},
+		{LogitBias: []Bias{{Token: 1, Value: 101}}}, {LogitBias: []Bias{{Token: -1, Value: 1}}},
+		{LogitBias: []Bias{{Token: 5, Value: 1}, {Token: 5, Value: 2}}}, {LogitBias: []Bias{{Token: 5, Value: 1}, {Token: 4, Value: 2}}}} {
 		if p.Validate() == nil {
 			t.Errorf("%+v accepted", p)
 		}
 	}
-	if err := (Params{Temperature: 0.7, TopP: 0.9, TopK: 40}).Validate(); err != nil {
+	ok := Params{Temperature: 0.7, TopP: 0.9, TopK: 40, MinP: 0.05, FrequencyPenalty: -2, PresencePenalty: 2, RepetitionPenalty: 1.1,
+		LogitBias: []Bias{{Token: 0, Value: -100}, {Token: 9, Value: 100}}}
+	if err := ok.Validate(); err != nil {
 		t.Error(err)
 	}
 }

@@ -77,6 +77,7 @@ func (x *exchange) serve() {
 		return
 	}
 	x.req = st.Request
+	s.metrics.ignore(x.req.Params.Ignored)
 	x.t.model = x.req.Model.Name
 	x.last = x.req.Received
 	x.w.Header().Set("X-Request-ID", x.req.ID())
@@ -239,6 +240,9 @@ func (x *exchange) log(status int, o outcome) {
 		}
 		if x.finish != "" {
 			attrs = append(attrs, slog.String("finish_reason", x.finish))
+		}
+		if len(x.req.Params.Ignored) > 0 {
+			attrs = append(attrs, slog.Any("ignored_fields", loggableIgnored(x.req.Params.Ignored)))
 		}
 	}
 	level := slog.LevelInfo

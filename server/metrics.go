@@ -55,6 +55,7 @@ type metrics struct {
 	models   map[string]*modelMetrics
 	requests map[[2]string]uint64 // (endpoint, status)
 	errors   map[string]uint64    // class
+	ignored  map[string]uint64    // ignoredLabel of a field name
 }
 
 func newMetrics() *metrics {
@@ -207,6 +208,7 @@ func (m *metrics) write(w io.Writer, engines []modelStats, snaps []slots.Snapsho
 		}
 		fmt.Fprintf(b, "provider_request_errors_total{class=%s,fault=%s} %d\n", quote(c), quote(fault), m.errors[c])
 	}
+	m.writeIgnored(b)
 	return b.Flush()
 }
 

@@ -135,6 +135,9 @@ func New(o Options) *Server {
 	s.mux.HandleFunc("GET /v1/models/{model...}", s.getModel)
 	s.mux.HandleFunc("GET /health", s.health)
 	s.mux.HandleFunc("GET /metrics", s.serveMetrics)
+	s.mux.HandleFunc("POST /tokenize", s.tokenize)
+	s.mux.HandleFunc("POST /detokenize", s.detokenize)
+	s.mux.HandleFunc("POST /apply-template", s.applyTemplate)
 	for _, p := range []string{"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"} {
 		s.mux.HandleFunc(p, s.refuse(errMethod))
 	}

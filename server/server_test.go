@@ -86,9 +86,12 @@ func TestBadInput(t *testing.T) {
 		{"max_tokens past the context", "POST", "/v1/completions", "", `{"model":"stories","prompt":"x","max_tokens":600}`, 400, "context_length_exceeded", "max_tokens"},
 		{"unknown model", "POST", "/v1/chat/completions", "", `{"model":"SECRET-model","messages":[{"role":"user","content":"x"}]}`, 404, "model_not_found", ""},
 		{"33 MiB body", "POST", "/v1/chat/completions", "", big, 413, "request_too_large", ""},
-		{"unknown field", "POST", "/v1/chat/completions", "", `{"model":"stories","messages":[{"role":"user","content":"x"}],"SECRET_field":1}`, 400, "unknown_parameter", ""},
+		{"unknown field in a message", "POST", "/v1/chat/completions", "", `{"model":"stories","messages":[{"role":"user","content":"x","SECRET_field":1}]}`, 400, "unknown_parameter", "messages"},
 		{"tools", "POST", "/v1/chat/completions", "", `{"model":"stories","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]}`, 400, "unsupported_parameter", "tools"},
-		{"n=2", "POST", "/v1/chat/completions", "", `{"model":"stories","messages":[{"role":"user","content":"x"}],"n":2}`, 400, "unsupported_parameter", "n"},
+		{"n=17", "POST", "/v1/chat/completions", "", `{"model":"stories","messages":[{"role":"user","content":"x"}],"n":17}`, 400, "invalid_value", "n"},
+		{"presence_penalty 3", "POST", "/v1/chat/completions", "", `{"model":"stories","messages":[{"role":"user","content":"x"}],"presence_penalty":3}`, 400, "invalid_value", "presence_penalty"},
+		{"logit_bias outside the vocabulary", "POST", "/v1/completions", "", `{"model":"stories","prompt":"x","logit_bias":{"99999":1}}`, 400, "invalid_value", "logit_bias"},
+		{"conflicting max_completion_tokens", "POST", "/v1/chat/completions", "", `{"model":"stories","messages":[{"role":"user","content":"x"}],"max_tokens":3,"max_completion_tokens":4}`, 400, "invalid_value", "max_completion_tokens"},
 		{"image on a text model", "POST", "/v1/chat/completions", "", `{"model":"stories","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:,SECRET"}}]}]}`, 400, "unsupported_media", "messages"},
 		{"engine queue full", "POST", "/v1/chat/completions", "full", chatOK, 429, "queue_full", ""},
 		{"engine draining", "POST", "/v1/chat/completions", "draining", chatOK, 503, "draining", ""},
@@ -399,7 +402,7 @@ func TestMetricsText(t *testing.T) {
 	// A clock that never moves makes every latency 0.
 	h := newHarness(t, Options{Graph: graph.Options{Clock: clock.NewMock()}}, fake)
 	h.post(t, "/v1/chat/completions", `{"model":"stories","messages":[{"role":"user","content":"x"}],"stream":true}`)
-	h.post(t, "/v1/completions", `{"model":"stories","prompt":"Once","max_tokens":15}`)
+	h.post(t, "/v1/completions", `{"model":"stories","prompt":"Once","max_tokens":15,"typical_p":0.9,"SECRET_knob":1,"x y":2}`)
 	h.post(t, "/v1/chat/completions", `{"model":"nope","messages":[]}`)
 	h.post(t, "/v1/chat/completions", `{`)
 	status, body := h.get(t, "/metrics")

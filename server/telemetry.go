@@ -26,6 +26,7 @@ var telemetryFields = map[string]bool{
 	"ttft_ms":           true,
 	"e2e_ms":            true,
 	"disconnected":      true,
+	"ignored_fields":    true,
 }
 
 // allowlist is a slog.Handler that passes only telemetry fields.

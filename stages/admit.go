@@ -2,6 +2,7 @@ package stages
 
 import (
 	"context"
+	"strconv"
 	"unicode"
 	"unicode/utf8"
 
@@ -33,13 +34,19 @@ func ValidID(id string) bool {
 	return true
 }
 
-// Admit builds the engine.Generation.
+// Admit builds the engine.Generation of each choice.
 //
 // The id is the caller's when ValidID accepts it, else the minted one.
 // A prompt that fills the context is refused; an explicit max_tokens that
 // would run past the context is refused (context_length_exceeded) rather
 // than silently cut; the default is min(context, 8192) clamped to what the
 // context leaves after the prompt.
+//
+// A response of several choices (n, or a completion's list of prompts)
+// gets one generation per choice, in index order: the n of the first
+// prompt, then the n of the next. Choice i's id is the request's with
+// "#i" appended (choice 0's is the request's own), and with a seed its
+// seed is seed + i, so a seeded request reproduces every choice.
 type Admit struct{}
 
 // Name implements Stage.
@@ -47,18 +54,50 @@ func (Admit) Name() string { return "admit" }
 
 // Apply implements Stage.
 func (Admit) Apply(_ context.Context, req *Request) error {
-	p, m := req.Params, req.Model
+	p := req.Params
 	id := req.MintedID
 	if ValidID(req.Input.CallerID) {
 		id = req.Input.CallerID
 	}
+	n := max(p.N, 1)
+	prompts := append([][]int32{req.Tokens}, req.MoreTokens...)
+	gens := make([]*engine.Generation, 0, n*len(prompts))
+	for _, tokens := range prompts {
+		g, err := admitOne(req, tokens)
+		if err != nil {
+			return err
+		}
+		for range n {
+			c := *g
+			if i := len(gens); i > 0 {
+				c.ID = engine.RequestID(id + "#" + strconv.Itoa(i))
+				if s := p.Sampling.Seed; s != nil {
+					seed := *s + uint64(i)
+					c.Sampling.Seed = &seed
+				}
+			} else {
+				c.ID = engine.RequestID(id)
+			}
+			gens = append(gens, &c)
+		}
+	}
+	req.Generation, req.More = gens[0], nil
+	if len(gens) > 1 {
+		req.More = gens[1:]
+	}
+	return nil
+}
+
+// admitOne builds the generation of one prompt of req, its id left empty.
+func admitOne(req *Request, tokens []int32) (*engine.Generation, error) {
+	p, m := req.Params, req.Model
 	param := "prompt"
 	if req.Input.Endpoint == Chat {
 		param = "messages"
 	}
-	n, ctxLen := len(req.Tokens), m.ContextLength
+	n, ctxLen := len(tokens), m.ContextLength
 	if ctxLen > 0 && n >= ctxLen {
-		return invalid(CodeContextLength, param)
+		return nil, invalid(CodeContextLength, param)
 	}
 	maxTokens := p.MaxTokens
 	switch {
@@ -68,15 +107,14 @@ func (Admit) Apply(_ context.Context, req *Request) error {
 			maxTokens = min(maxTokens, ctxLen-n)
 		}
 	case ctxLen > 0 && maxTokens > ctxLen-n:
-		return invalid(CodeContextLength, "max_tokens")
+		return nil, invalid(CodeContextLength, "max_tokens")
 	}
 	top := -1
 	if p.Logprobs {
 		top = p.TopLogprobs
 	}
-	req.Generation = &engine.Generation{
-		ID:          engine.RequestID(id),
-		Prompt:      req.Tokens,
+	return &engine.Generation{
+		Prompt:      tokens,
 		MaxTokens:   maxTokens,
 		Sampling:    p.Sampling,
 		TopLogprobs: top,
@@ -84,8 +122,7 @@ func (Admit) Apply(_ context.Context, req *Request) error {
 		CacheScope:  cache.SaltScope(p.PromptCacheKey, p.User),
 		Spans:       req.Spans,
 		Embeds:      embeds(req.Spans, req.MediaItems),
-	}
-	return nil
+	}, nil
 }
 
 // embeds pairs each carved span with its item's soft tokens (CarveSpans

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -35,7 +36,20 @@ type Logprob struct {
 // deltas carry Text (message content), Reasoning and/or Logprobs; the
 // final delta carries Finish ("stop" or "length"), Usage and
 // ReasoningTokens, or Err.
+//
+// A response of several choices interleaves their Deltas, each marked
+// with its choice's Index. Each choice's last Delta carries its Finish and
+// the number of choices still running after it (Remaining); the one that
+// leaves none is the final Delta, with the response's Usage and
+// ReasoningTokens. An error ends the whole response: it is the final Delta
+// and no Delta follows it.
 type Delta struct {
+	// Index is the choice's index (0 for the only one).
+	Index int
+	// Remaining is, on a Delta with Finish, how many choices have not
+	// finished yet.
+	Remaining int
+
 	Text      string
 	Reasoning string
 	Logprobs  []Logprob
@@ -48,7 +62,7 @@ type Delta struct {
 }
 
 // Final reports whether d ends its stream.
-func (d Delta) Final() bool { return d.Finish != "" || d.Err != nil }
+func (d Delta) Final() bool { return (d.Finish != "" && d.Remaining == 0) || d.Err != nil }
 
 // DefaultDeltaBuffer is the Delta channel capacity when Detokenizer.Buffer
 // is zero.
@@ -69,59 +83,160 @@ type Detokenizer struct {
 // string it calls adm.Stop to cancel the row and drains the engine's
 // stream. When ctx ends it stops delivering (nobody is reading) but still
 // drains the engine's stream before closing.
+//
+// With several choices (adm.More) each runs its own token path and their
+// Deltas are merged as Delta describes; the first error stops every
+// choice's row.
 func (d Detokenizer) Run(ctx context.Context, req *Request, adm *Admitted) <-chan Delta {
 	size := d.Buffer
 	if size <= 0 {
 		size = DefaultDeltaBuffer
 	}
 	out := make(chan Delta, size)
+	if len(adm.More) > 0 {
+		go d.merge(ctx, req, adm, out)
+		return out
+	}
 	go func() {
 		defer close(out)
-		defer adm.Stop()
-		core := newDetok(req)
-		var events []engine.Event
-		var sent []Delta
-		gone := false
-		for ev := range adm.Events {
-			if d.Recorder != nil {
-				events = append(events, ev)
+		d.path(ctx, req, 0, adm, func(x Delta) bool {
+			select {
+			case out <- x:
+				return true
+			case <-ctx.Done():
+				return false
 			}
-			if core.done {
-				continue
-			}
-			for _, x := range core.feed(ev) {
-				if d.Recorder != nil {
-					sent = append(sent, x)
-				}
-				if !gone {
-					select {
-					case out <- x:
-					case <-ctx.Done():
-						gone = true
-					}
-				}
-			}
-			if core.done {
-				// A stop string matched or the stream ended: either way
-				// the row has nothing more to say.
-				adm.Stop()
-			}
-		}
-		if !core.done {
-			x := Delta{Err: ErrStreamEnded}
-			sent = append(sent, x)
-			if !gone {
-				select {
-				case out <- x:
-				case <-ctx.Done():
-				}
-			}
-		}
-		if d.Recorder != nil {
-			d.Recorder.Record(tokenRecord(req, events, sent))
-		}
+		})
 	}()
 	return out
+}
+
+// path runs choice i's token path: emit delivers each Delta and reports
+// false once nobody reads them.
+func (d Detokenizer) path(ctx context.Context, req *Request, i int, adm *Admitted, emit func(Delta) bool) {
+	defer adm.Stop()
+	core := newChoice(req, i)
+	var events []engine.Event
+	var sent []Delta
+	gone := false
+	for ev := range adm.Events {
+		if d.Recorder != nil {
+			events = append(events, ev)
+		}
+		if core.done {
+			continue
+		}
+		for _, x := range core.feed(ev) {
+			x.Index = i
+			if d.Recorder != nil {
+				sent = append(sent, x)
+			}
+			if !gone {
+				gone = !emit(x)
+			}
+		}
+		if core.done {
+			// A stop string matched or the stream ended: either way
+			// the row has nothing more to say.
+			adm.Stop()
+		}
+	}
+	if !core.done {
+		x := Delta{Index: i, Err: ErrStreamEnded}
+		sent = append(sent, x)
+		if !gone {
+			emit(x)
+		}
+	}
+	if d.Recorder != nil {
+		d.Recorder.Record(tokenRecord(req, i, events, sent))
+	}
+}
+
+// merge runs every choice's token path and delivers their Deltas on out,
+// counting the choices down and summing their usage (choices stays
+// consistent because every emit holds mu while it sends).
+func (d Detokenizer) merge(ctx context.Context, req *Request, adm *Admitted, out chan<- Delta) {
+	defer close(out)
+	all := append([]Admitted{{Events: adm.Events, Stop: adm.Stop}}, adm.More...)
+	stopAll := func() {
+		for _, a := range all {
+			a.Stop()
+		}
+	}
+	var mu sync.Mutex
+	tally := newTally(req, len(all))
+	var wg sync.WaitGroup
+	for i := range all {
+		wg.Go(func() {
+			d.path(ctx, req, i, &all[i], func(x Delta) bool {
+				mu.Lock()
+				defer mu.Unlock()
+				x, ok := tally.add(x)
+				if !ok {
+					return true
+				}
+				if x.Err != nil {
+					stopAll()
+				}
+				select {
+				case out <- x:
+					return true
+				case <-ctx.Done():
+					return false
+				}
+			})
+		})
+	}
+	wg.Wait()
+}
+
+// tally counts a response's choices down and sums their usage.
+type tally struct {
+	perPrompt int // choices per prompt
+	remaining int
+	usage     engine.Usage
+	reasoned  int
+	failed    bool
+}
+
+func newTally(req *Request, choices int) *tally {
+	return &tally{perPrompt: max(req.Params.N, 1), remaining: choices}
+}
+
+// add returns x as the merged stream delivers it, or false when it is
+// dropped: everything after the first error. Prompt and cached tokens
+// count once per prompt, from its first choice.
+func (t *tally) add(x Delta) (Delta, bool) {
+	switch {
+	case t.failed:
+		return x, false
+	case x.Err != nil:
+		t.failed = true
+	case x.Finish != "":
+		t.remaining--
+		x.Remaining = t.remaining
+		if x.Index%t.perPrompt == 0 {
+			t.usage.PromptTokens += x.Usage.PromptTokens
+			t.usage.CachedTokens += x.Usage.CachedTokens
+		}
+		t.usage.CompletionTokens += x.Usage.CompletionTokens
+		t.reasoned += x.ReasoningTokens
+		if t.remaining == 0 {
+			x.Usage, x.ReasoningTokens = t.usage, t.reasoned
+		}
+	}
+	return x, true
+}
+
+// newChoice is the core of choice i's token path: its prompt is the one
+// it was admitted with.
+func newChoice(req *Request, i int) *detok {
+	d := newDetok(req)
+	if q := i / max(req.Params.N, 1); q > 0 && q <= len(req.MoreTokens) {
+		d.prompt = len(req.MoreTokens[q-1])
+	}
+	return d
 }
 
 // detok is the deterministic core of the token path. Stop strings and
@@ -317,6 +432,8 @@ func (d *detok) stop(at int, usage engine.Usage) []Delta {
 type tokenTrace struct {
 	Req    Request
 	Events []EventRecord
+	// Choice is the generation's choice index.
+	Choice int `msgpack:",omitempty"`
 }
 
 // EventRecord is an engine event in recordable form: the error is kept as
@@ -362,8 +479,8 @@ type deltaRecord struct {
 // TokenStage names the token path in records.
 const TokenStage = "detokenize"
 
-func tokenRecord(req *Request, events []engine.Event, deltas []Delta) Record {
-	in := tokenTrace{Req: *req, Events: make([]EventRecord, len(events))}
+func tokenRecord(req *Request, choice int, events []engine.Event, deltas []Delta) Record {
+	in := tokenTrace{Req: *req, Events: make([]EventRecord, len(events)), Choice: choice}
 	for i, ev := range events {
 		in.Events[i] = RecordEvent(ev)
 	}
@@ -396,17 +513,20 @@ func ReplayTokens(r Record, models Catalog) (Record, error) {
 		return Record{}, fmt.Errorf("stages: replay %s: %w", TokenStage, ErrUnknownModel)
 	}
 	in.Req.Model = m
-	core := newDetok(&in.Req)
+	core := newChoice(&in.Req, in.Choice)
 	var deltas []Delta
 	events := make([]engine.Event, len(in.Events))
 	for i, e := range in.Events {
 		events[i] = e.Event()
 		if !core.done {
-			deltas = append(deltas, core.feed(events[i])...)
+			for _, x := range core.feed(events[i]) {
+				x.Index = in.Choice
+				deltas = append(deltas, x)
+			}
 		}
 	}
 	if !core.done {
-		deltas = append(deltas, Delta{Err: ErrStreamEnded})
+		deltas = append(deltas, Delta{Index: in.Choice, Err: ErrStreamEnded})
 	}
-	return tokenRecord(&in.Req, events, deltas), nil
+	return tokenRecord(&in.Req, in.Choice, events, deltas), nil
 }

@@ -17,7 +17,7 @@
 //	VisionTower  the model's tower on each image and frame -> MediaItems (soft tokens)
 //	SpanCarve    one span per item over its placeholder run -> Spans
 //	Admit        request id, token bounds, sampling, spans and soft tokens
-//	             -> engine.Generation
+//	             -> engine.Generation (one per choice: n per prompt)
 //
 // # Images
 //
@@ -53,6 +53,11 @@
 // Collector turn Deltas into OpenAI response bytes (SSE chunks or one JSON
 // body). The per-token path never goes through a chan any.
 //
+// A response of several choices (n > 1, or a completion's list of
+// prompts) is one generation per choice, each with its own token path;
+// Detokenizer merges their Deltas, each marked with its choice's index,
+// into the request's one channel, and the first error ends them all.
+//
 // A model whose output has structure gives chat generations an
 // OutputParser (Model.NewOutputParser; package harmony for gpt-oss): it
 // owns decoding and splits the text into content and reasoning, marks the
@@ -77,8 +82,8 @@
 //     ErrInvalid) or ErrUnknownModel; their text is fixed and never echoes
 //     request content. Everything else is the provider's fault.
 //   - A Detokenizer stream delivers content Deltas and then exactly one
-//     final Delta (Finish or Err set), then closes; text of a stop string
-//     and text after it are never delivered.
+//     final Delta (Final: the last choice's Finish, or Err), then closes;
+//     text of a stop string and text after it are never delivered.
 //
 // # Imports
 //

@@ -33,10 +33,12 @@ func ResponseID(req *Request) string {
 // field vLLM and DeepSeek use), a chunk with the finish reason, a usage
 // chunk with empty choices when stream_options.include_usage is set, and
 // [DONE]. A final Delta with an error yields nothing: the caller reports
-// the error in its own frame.
+// the error in its own frame. With several choices each chunk carries its
+// Delta's choice index, each choice gets its role chunk and its finish
+// chunk, and the usage chunk and [DONE] follow the final Delta.
 type Framer struct {
 	head    head
-	started bool
+	started []bool // by choice index
 }
 
 // head is what every chunk of a response repeats.
@@ -68,11 +70,10 @@ func (f *Framer) Frames(d Delta) [][]byte {
 		return nil
 	}
 	var out [][]byte
-	if !f.started && f.head.endpoint == Chat {
+	if !f.start(d.Index) && f.head.endpoint == Chat {
 		empty := ""
-		out = append(out, f.chunk(chatChunkChoice{Delta: chatDelta{Role: "assistant", Content: &empty}}, nil))
+		out = append(out, f.chunk(chatChunkChoice{Index: d.Index, Delta: chatDelta{Role: "assistant", Content: &empty}}, nil))
 	}
-	f.started = true
 	if f.head.endpoint == Chat && (d.Text != "" || d.Reasoning != "" || len(d.Logprobs) > 0) {
 		var delta chatDelta
 		if d.Text != "" || d.Reasoning == "" {
@@ -83,17 +84,19 @@ func (f *Framer) Frames(d Delta) [][]byte {
 			reasoning := d.Reasoning
 			delta.ReasoningContent = &reasoning
 		}
-		out = append(out, f.chunk(chatChunkChoice{Delta: delta, Logprobs: f.chatLogprobs(d.Logprobs)}, nil))
+		out = append(out, f.chunk(chatChunkChoice{Index: d.Index, Delta: delta, Logprobs: f.chatLogprobs(d.Logprobs)}, nil))
 	} else if f.head.endpoint == Completion && (d.Text != "" || len(d.Logprobs) > 0) {
-		out = append(out, f.chunk(completionChoice{Text: d.Text, Logprobs: f.completionLogprobs(d.Logprobs)}, nil))
+		out = append(out, f.chunk(completionChoice{Index: d.Index, Text: d.Text, Logprobs: f.completionLogprobs(d.Logprobs)}, nil))
 	}
 	if d.Finish != "" {
 		reason := d.Finish
 		if f.head.endpoint == Chat {
-			out = append(out, f.chunk(chatChunkChoice{Delta: chatDelta{}, FinishReason: &reason}, nil))
+			out = append(out, f.chunk(chatChunkChoice{Index: d.Index, Delta: chatDelta{}, FinishReason: &reason}, nil))
 		} else {
-			out = append(out, f.chunk(completionChoice{FinishReason: &reason}, nil))
+			out = append(out, f.chunk(completionChoice{Index: d.Index, FinishReason: &reason}, nil))
 		}
+	}
+	if d.Final() {
 		if f.head.includeUsage {
 			u := usageOf(d.Usage, d.ReasoningTokens)
 			out = append(out, f.chunk(nil, &u))
@@ -101,6 +104,16 @@ func (f *Framer) Frames(d Delta) [][]byte {
 		out = append(out, Done)
 	}
 	return out
+}
+
+// start marks choice i as started and reports whether it already was.
+func (f *Framer) start(i int) bool {
+	for len(f.started) <= i {
+		f.started = append(f.started, false)
+	}
+	was := f.started[i]
+	f.started[i] = true
+	return was
 }
 
 // chunk encodes one streamed chunk; choice nil makes the usage chunk.
@@ -135,16 +148,22 @@ func (f *Framer) completionLogprobs(lps []Logprob) *completionLogprobs {
 	return completionLogprobsOf(lps)
 }
 
-// Collector gathers a request's Deltas into one non-streamed response.
+// Collector gathers a request's Deltas into one non-streamed response,
+// its choices in index order.
 type Collector struct {
-	head      head
+	head     head
+	choices  []*collected // by choice index
+	usage    engine.Usage
+	reasoned int
+	err      error
+}
+
+// collected is one choice of a Collector.
+type collected struct {
 	text      strings.Builder
 	reasoning strings.Builder
 	lps       []Logprob
 	finish    string
-	usage     engine.Usage
-	reasoned  int
-	err       error
 }
 
 // NewCollector returns the collector of an admitted request.
@@ -152,11 +171,18 @@ func NewCollector(req *Request) *Collector { return &Collector{head: headOf(req)
 
 // Add takes the next Delta.
 func (c *Collector) Add(d Delta) {
-	c.text.WriteString(d.Text)
-	c.reasoning.WriteString(d.Reasoning)
-	c.lps = append(c.lps, d.Logprobs...)
+	for len(c.choices) <= d.Index {
+		c.choices = append(c.choices, &collected{})
+	}
+	ch := c.choices[d.Index]
+	ch.text.WriteString(d.Text)
+	ch.reasoning.WriteString(d.Reasoning)
+	ch.lps = append(ch.lps, d.Logprobs...)
 	if d.Finish != "" {
-		c.finish, c.usage, c.reasoned = d.Finish, d.Usage, d.ReasoningTokens
+		ch.finish = d.Finish
+	}
+	if d.Final() && d.Err == nil {
+		c.usage, c.reasoned = d.Usage, d.ReasoningTokens
 	}
 	if d.Err != nil {
 		c.err = d.Err
@@ -169,26 +195,37 @@ func (c *Collector) Err() error { return c.err }
 // JSON encodes the response body.
 func (c *Collector) JSON() []byte {
 	u := usageOf(c.usage, c.reasoned)
+	if len(c.choices) == 0 {
+		c.choices = append(c.choices, &collected{})
+	}
 	if c.head.endpoint == Completion {
-		var lp *completionLogprobs
-		if c.head.logprobs {
-			lp = completionLogprobsOf(c.lps)
+		choices := make([]completionFinal, len(c.choices))
+		for i, ch := range c.choices {
+			var lp *completionLogprobs
+			if c.head.logprobs {
+				lp = completionLogprobsOf(ch.lps)
+			}
+			choices[i] = completionFinal{Index: i, Text: ch.text.String(), Logprobs: lp, FinishReason: ch.finish}
 		}
 		return mustJSON(responseJSON[completionFinal, usageJSON]{
 			ID: c.head.id, Object: "text_completion", Created: c.head.created, Model: c.head.model,
-			Choices: []completionFinal{{Text: c.text.String(), Logprobs: lp, FinishReason: c.finish}},
+			Choices: choices,
 			Usage:   u,
 		})
 	}
-	var lp *chatLogprobs
-	if c.head.logprobs {
-		lp = chatLogprobsOf(c.lps)
+	choices := make([]chatChoice, len(c.choices))
+	for i, ch := range c.choices {
+		var lp *chatLogprobs
+		if c.head.logprobs {
+			lp = chatLogprobsOf(ch.lps)
+		}
+		choices[i] = chatChoice{Index: i, Message: chatMessage{Role: "assistant", Content: ch.text.String(), ReasoningContent: ch.reasoning.String()},
+			Logprobs: lp, FinishReason: ch.finish}
 	}
 	return mustJSON(responseJSON[chatChoice, usageJSON]{
 		ID: c.head.id, Object: "chat.completion", Created: c.head.created, Model: c.head.model,
-		Choices: []chatChoice{{Message: chatMessage{Role: "assistant", Content: c.text.String(), ReasoningContent: c.reasoning.String()},
-			Logprobs: lp, FinishReason: c.finish}},
-		Usage: u,
+		Choices: choices,
+		Usage:   u,
 	})
 }
 

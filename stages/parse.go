@@ -2,11 +2,13 @@ package stages
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 
 	"github.com/goprovider/provider/sample"
@@ -21,20 +23,37 @@ const (
 	// MaxTokensLimit bounds max_tokens before the model's context length is
 	// known to keep every count far from overflow.
 	MaxTokensLimit = 1 << 24
+	// MaxChoices bounds n.
+	MaxChoices = 16
+	// MaxPrompts bounds the prompts of one completion request.
+	MaxPrompts = 16
+	// MaxLogitBias bounds the entries of logit_bias.
+	MaxLogitBias = 1024
 )
 
 // Parse decodes an OpenAI chat or completions body into validated Params
 // and resolves the model through Models.
 //
-// Policy: a field we do not know is refused (unknown_parameter), as
-// OpenAI does; a known field is accepted only at values we honour:
-// penalties must be 0, logit_bias and tools empty, n and best_of 1,
-// response_format "text", echo false, suffix empty, store false. Fields
+// Policy: a top-level field we do not know is ignored and named in
+// Params.Ignored (clients send other servers' extensions; the server logs
+// and counts the names); an unknown field inside a known object is refused
+// (unknown_parameter, param naming the object). A known field is accepted
+// only at values we honour, else it is a 400 whose param names it: tools
+// empty, best_of absent, 1 or n, response_format "text", echo false,
+// suffix empty, store false. Fields
 // that change nothing we return (user, metadata, service_tier,
 // parallel_tool_calls) are accepted and ignored. tools are refused whatever
 // the template can do, because no tool-call parser turns output into
 // tool_calls yet. Sampling defaults are greedy: temperature 0, top_p 1,
 // top_k 0 (-1 is accepted as "no limit", as vLLM clients send it).
+//
+// Sampling knobs (package sample applies them): logit_bias (token ids of
+// the model's vocabulary, values in [-100, 100], at most MaxLogitBias),
+// frequency_penalty and presence_penalty in [-2, 2], repetition_penalty in
+// (0, 10], min_p in [0, 1]. n is 1 to MaxChoices; a completion's prompt may
+// be a string, a list of strings, a list of token ids or a list of lists of
+// token ids, each prompt of a list getting its own n choices (at most
+// MaxPrompts prompts).
 //
 // reasoning_effort (chat only) must be low, medium or high; it is passed
 // to every chat template, which honours it when it reads it (gpt-oss's
@@ -52,7 +71,7 @@ func (Parse) Name() string { return "parse" }
 var commonKeys = []string{
 	"model", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "logprobs",
 	"stream", "stream_options", "n", "user", "frequency_penalty", "presence_penalty", "logit_bias",
-	"ignore_eos", "prompt_cache_key",
+	"ignore_eos", "prompt_cache_key", "min_p", "repetition_penalty",
 }
 
 var (
@@ -85,9 +104,13 @@ func (p Parse) Apply(_ context.Context, req *Request) error {
 	if req.Input.Endpoint == Completion {
 		known = completionKeys
 	}
-	if err := onlyKeys(f, known); err != nil {
-		return err
+	var ignored []string
+	for k := range f {
+		if !known[k] {
+			ignored = append(ignored, k)
+		}
 	}
+	slices.Sort(ignored)
 	var name string
 	if ok, err := get(f, "model", &name); err != nil {
 		return err
@@ -98,8 +121,8 @@ func (p Parse) Apply(_ context.Context, req *Request) error {
 	if !ok {
 		return ErrUnknownModel
 	}
-	par := &Params{Model: name}
-	if err := parseCommon(f, par); err != nil {
+	par := &Params{Model: name, Ignored: ignored}
+	if err := parseCommon(f, par, m); err != nil {
 		return err
 	}
 	switch req.Input.Endpoint {
@@ -144,12 +167,12 @@ func object(raw json.RawMessage, param string) (fields, error) {
 	return f, nil
 }
 
-// onlyKeys refuses keys outside known without naming them: the name is
-// request text.
-func onlyKeys(f fields, known map[string]bool) error {
+// onlyKeys refuses keys outside known in the object param names, without
+// naming the key: the name is request text.
+func onlyKeys(f fields, known map[string]bool, param string) error {
 	for k := range f {
 		if !known[k] {
-			return invalid(CodeUnknownParameter, "")
+			return invalid(CodeUnknownParameter, param)
 		}
 	}
 	return nil
@@ -194,7 +217,7 @@ func kind(raw json.RawMessage) byte {
 	return b[0]
 }
 
-func parseCommon(f fields, p *Params) error {
+func parseCommon(f fields, p *Params, m *Model) error {
 	n, ok, err := getInt(f, "max_tokens", 0, MaxTokensLimit)
 	if err != nil {
 		return err
@@ -245,18 +268,17 @@ func parseCommon(f fields, p *Params) error {
 		if err != nil {
 			return err
 		}
-		if err := onlyKeys(so, keySet(nil, "include_usage")); err != nil {
+		if err := onlyKeys(so, keySet(nil, "include_usage"), "stream_options"); err != nil {
 			return err
 		}
 		if _, err := get(so, "include_usage", &p.IncludeUsage); err != nil {
 			return &Invalid{Code: CodeInvalidType, Param: "stream_options", Err: err}
 		}
 	}
-	var choices int
-	if ok, err := get(f, "n", &choices); err != nil {
+	if n, _, err := getInt(f, "n", 1, MaxChoices); err != nil {
 		return err
-	} else if ok && choices != 1 {
-		return invalid(CodeUnsupported, "n")
+	} else if n > 1 {
+		p.N = n
 	}
 	if _, err := get(f, "user", &p.User); err != nil {
 		return err
@@ -264,18 +286,53 @@ func parseCommon(f fields, p *Params) error {
 	if _, err := get(f, "prompt_cache_key", &p.PromptCacheKey); err != nil {
 		return err
 	}
-	for _, name := range []string{"frequency_penalty", "presence_penalty"} {
-		if ok, err := get(f, name, &t); err != nil {
+	return parseKnobs(f, &p.Sampling, m)
+}
+
+// parseKnobs reads the sampling knobs beyond temperature, top_p and top_k.
+func parseKnobs(f fields, s *sample.Params, m *Model) error {
+	knobs := []struct {
+		name string
+		dst  *float64
+		ok   func(float64) bool
+	}{
+		{"min_p", &s.MinP, func(x float64) bool { return x >= 0 && x <= 1 }},
+		{"frequency_penalty", &s.FrequencyPenalty, func(x float64) bool { return math.Abs(x) <= sample.MaxPenalty }},
+		{"presence_penalty", &s.PresencePenalty, func(x float64) bool { return math.Abs(x) <= sample.MaxPenalty }},
+		{"repetition_penalty", &s.RepetitionPenalty, func(x float64) bool { return x > 0 && x <= sample.MaxRepetitionPenalty }},
+	}
+	for _, k := range knobs {
+		var x float64
+		if ok, err := get(f, k.name, &x); err != nil {
 			return err
-		} else if ok && t != 0 {
-			return invalid(CodeUnsupported, name)
+		} else if ok {
+			if !k.ok(x) {
+				return invalid(CodeInvalidValue, k.name)
+			}
+			*k.dst = x
 		}
 	}
 	var bias map[string]float64
-	if ok, err := get(f, "logit_bias", &bias); err != nil {
+	if _, err := get(f, "logit_bias", &bias); err != nil {
 		return err
-	} else if ok && len(bias) > 0 {
-		return invalid(CodeUnsupported, "logit_bias")
+	}
+	if len(bias) > MaxLogitBias {
+		return invalid(CodeInvalidValue, "logit_bias")
+	}
+	vocab := int64(m.Tokenizer.VocabSize())
+	for k, v := range bias {
+		id, err := strconv.ParseInt(k, 10, 32)
+		if err != nil || id < 0 || id >= vocab || math.Abs(v) > sample.MaxBias {
+			return invalid(CodeInvalidValue, "logit_bias")
+		}
+		s.LogitBias = append(s.LogitBias, sample.Bias{Token: int32(id), Value: v})
+	}
+	slices.SortFunc(s.LogitBias, func(a, b sample.Bias) int { return cmp.Compare(a.Token, b.Token) })
+	for i := 1; i < len(s.LogitBias); i++ {
+		if s.LogitBias[i].Token == s.LogitBias[i-1].Token {
+			// "7" and "07" name one token.
+			return invalid(CodeInvalidValue, "logit_bias")
+		}
 	}
 	return nil
 }
@@ -448,7 +505,7 @@ func parseMessage(raw json.RawMessage) (Message, []Media, error) {
 	if err != nil {
 		return Message{}, nil, err
 	}
-	if err := onlyKeys(f, messageKeys); err != nil {
+	if err := onlyKeys(f, messageKeys, "messages"); err != nil {
 		return Message{}, nil, err
 	}
 	var m Message
@@ -530,7 +587,7 @@ func parseContent(raw json.RawMessage) (text string, parts []Part, media []Media
 		}
 		switch typ {
 		case "text":
-			if err := onlyKeys(pf, keySet(nil, "type", "text")); err != nil {
+			if err := onlyKeys(pf, keySet(nil, "type", "text"), "messages"); err != nil {
 				return "", nil, nil, false, err
 			}
 			var s string
@@ -540,14 +597,14 @@ func parseContent(raw json.RawMessage) (text string, parts []Part, media []Media
 			buf.WriteString(s)
 			parts = append(parts, Part{Kind: "text", Text: s})
 		case "image_url", "video_url":
-			if err := onlyKeys(pf, keySet(nil, "type", typ)); err != nil {
+			if err := onlyKeys(pf, keySet(nil, "type", typ), "messages"); err != nil {
 				return "", nil, nil, false, err
 			}
 			obj, err := object(pf[typ], "messages")
 			if err != nil {
 				return "", nil, nil, false, err
 			}
-			if err := onlyKeys(obj, keySet(nil, "url", "detail")); err != nil {
+			if err := onlyKeys(obj, keySet(nil, "url", "detail"), "messages"); err != nil {
 				return "", nil, nil, false, err
 			}
 			var url string
@@ -589,15 +646,17 @@ func parseCompletion(f fields, p *Params, m *Model) error {
 	}
 	if ok, err := get(f, "best_of", &k); err != nil {
 		return err
-	} else if ok && k != 1 {
+	} else if ok && k != 1 && k != max(p.N, 1) {
+		// best_of > n would rank choices we do not return.
 		return invalid(CodeUnsupported, "best_of")
 	}
 	return parsePrompt(f["prompt"], p, m)
 }
 
-// parsePrompt accepts a string, a list of one string, a list of token ids,
-// or a list of one list of token ids. More prompts than one would be a
-// batch, which is refused like n > 1.
+// parsePrompt accepts a string, a list of strings, a list of token ids,
+// or a list of lists of token ids. A list of several prompts asks for the
+// choices of each (as OpenAI's legacy completions do); its items must all
+// be strings or all lists.
 func parsePrompt(raw json.RawMessage, p *Params, m *Model) error {
 	if isNull(raw) {
 		return invalid(CodeMissing, "prompt")
@@ -619,31 +678,64 @@ func parsePrompt(raw json.RawMessage, p *Params, m *Model) error {
 	if len(items) == 0 {
 		return invalid(CodeInvalidValue, "prompt")
 	}
-	switch kind(items[0]) {
-	case '"', '[':
-		if len(items) > 1 {
-			return invalid(CodeUnsupported, "prompt")
+	first := kind(items[0])
+	if first != '"' && first != '[' {
+		ids, err := tokenPrompt(raw, m)
+		if err != nil {
+			return err
 		}
-		if kind(items[0]) == '"' {
-			return parsePrompt(items[0], p, m)
-		}
-		raw = items[0]
+		p.PromptTokens, p.PromptIsTokens = ids, true
+		return nil
 	}
-	var ids []int64
-	if err := json.Unmarshal(raw, &ids); err != nil {
-		return &Invalid{Code: CodeInvalidType, Param: "prompt", Err: err}
-	}
-	if len(ids) == 0 {
+	if len(items) > MaxPrompts {
 		return invalid(CodeInvalidValue, "prompt")
 	}
+	for i, item := range items {
+		if kind(item) != first {
+			return invalid(CodeInvalidType, "prompt")
+		}
+		if first == '"' {
+			var text string
+			if err := json.Unmarshal(item, &text); err != nil {
+				return &Invalid{Code: CodeInvalidType, Param: "prompt", Err: err}
+			}
+			if i == 0 {
+				p.Prompt = text
+			} else {
+				p.MorePrompts = append(p.MorePrompts, text)
+			}
+			continue
+		}
+		ids, err := tokenPrompt(item, m)
+		if err != nil {
+			return err
+		}
+		if i == 0 {
+			p.PromptTokens, p.PromptIsTokens = ids, true
+		} else {
+			p.MorePromptTokens = append(p.MorePromptTokens, ids)
+		}
+	}
+	return nil
+}
+
+// tokenPrompt reads one prompt given as a non-empty list of token ids of
+// m's vocabulary.
+func tokenPrompt(raw json.RawMessage, m *Model) ([]int32, error) {
+	var ids []int64
+	if err := json.Unmarshal(raw, &ids); err != nil {
+		return nil, &Invalid{Code: CodeInvalidType, Param: "prompt", Err: err}
+	}
+	if len(ids) == 0 {
+		return nil, invalid(CodeInvalidValue, "prompt")
+	}
 	vocab := int64(m.Tokenizer.VocabSize())
-	p.PromptTokens = make([]int32, len(ids))
+	out := make([]int32, len(ids))
 	for i, id := range ids {
 		if id < 0 || id >= vocab {
-			return invalid(CodeInvalidValue, "prompt")
+			return nil, invalid(CodeInvalidValue, "prompt")
 		}
-		p.PromptTokens[i] = int32(id)
+		out[i] = int32(id)
 	}
-	p.PromptIsTokens = true
-	return nil
+	return out, nil
 }

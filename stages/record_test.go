@@ -17,7 +17,8 @@ func TestStagesReplay(t *testing.T) {
 		{Chat, `{"model":"stories","messages":[{"role":"user","content":"Once upon a time"}],"stream":true,"stop":["girl"],"seed":3}`},
 		{Completion, `{"model":"stories","prompt":"Lily","max_tokens":4,"logprobs":2}`},
 		{Chat, `{"model":"strict","messages":[{"role":"assistant","content":"no"}]}`},
-		{Chat, `{"model":"stories","n":3,"messages":[{"role":"user","content":"x"}]}`},
+		{Chat, `{"model":"stories","n":17,"messages":[{"role":"user","content":"x"}]}`},
+		{Completion, `{"model":"stories","n":2,"prompt":["Lily","Tom"],"seed":5,"max_tokens":3}`},
 	}
 	var buf bytes.Buffer
 	trace := NewTrace(&buf)
@@ -42,9 +43,9 @@ func TestStagesReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Request 1 and 2 pass all six stages, 3 fails in template (the third),
-	// 4 in parse.
-	if len(recs) != 6+6+3+1 {
+	// Request 1, 2 and 5 pass all six stages, 3 fails in template (the
+	// third), 4 in parse.
+	if len(recs) != 6+6+3+1+6 {
 		t.Fatalf("%d records", len(recs))
 	}
 	byName := map[string]Stage{}

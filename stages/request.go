@@ -139,7 +139,17 @@ type Params struct {
 	// tells it from an empty text prompt.
 	PromptTokens   []int32
 	PromptIsTokens bool
-	Media          []Media
+	// MorePrompts and MorePromptTokens are a completion's further prompts
+	// when it was given a list of several, in order after the first (text,
+	// or token ids when PromptIsTokens).
+	MorePrompts      []string
+	MorePromptTokens [][]int32
+	Media            []Media
+	// N is the number of choices per prompt; 0 and 1 both mean one.
+	N int
+	// Ignored are the names of the top-level fields Parse did not know,
+	// sorted: request text, for the server's log and counters only.
+	Ignored []string
 
 	// MaxTokens is the requested generation bound; MaxTokensSet is false
 	// when the request left it to the default.
@@ -182,6 +192,9 @@ type Request struct {
 	// Prompt is the rendered chat prompt or the completion text (Template).
 	Prompt string
 	Tokens []int32 // set by Template
+	// MoreTokens are the tokens of Params' further prompts, in order
+	// (Template).
+	MoreTokens [][]int32
 	// Images and Videos are the decoded parts of Params.Media, each in the
 	// order of its kind's parts; a video is its sampled frames
 	// (MediaDecode).
@@ -193,6 +206,15 @@ type Request struct {
 	MediaItems []MediaItem
 	Spans      []cache.Span
 	Generation *engine.Generation // set by Admit
+	// More are the generations of choices 1 and up when the response has
+	// several, in index order (Admit): Params.N per prompt, the first
+	// prompt's first.
+	More []*engine.Generation
+}
+
+// Choices is the number of choices of the response: N per prompt.
+func (p *Params) Choices() int {
+	return max(p.N, 1) * (1 + max(len(p.MorePrompts), len(p.MorePromptTokens)))
 }
 
 // ID is the request id once Admit has run, else "".
@@ -209,6 +231,8 @@ func (r *Request) ID() string {
 type Admitted struct {
 	Events <-chan engine.Event
 	Stop   context.CancelFunc
+	// More are the generations of Request.More, in order.
+	More []Admitted
 }
 
 // Envelope carries one request through the pipeline.

@@ -22,7 +22,8 @@ import (
 // starts with the BOS text, so a template that writes BOS never gets a
 // second one. Completion text is tokenized raw with the vocabulary's
 // special tokens added and special-token text parsed (as llama.cpp's
-// server does); completion token ids are taken as given.
+// server does); completion token ids are taken as given. Each further
+// prompt of a completion is tokenized the same way into MoreTokens.
 type Template struct{}
 
 // Name implements Stage.
@@ -60,9 +61,21 @@ func (Template) Apply(_ context.Context, req *Request) error {
 			req.Prompt = p.Prompt
 			req.Tokens = tok.Encode(p.Prompt, tokenizer.EncodeOptions{AddSpecial: true, ParseSpecial: true})
 		}
+		req.MoreTokens = nil
+		for _, ids := range p.MorePromptTokens {
+			req.MoreTokens = append(req.MoreTokens, append([]int32(nil), ids...))
+		}
+		for _, text := range p.MorePrompts {
+			req.MoreTokens = append(req.MoreTokens, tok.Encode(text, tokenizer.EncodeOptions{AddSpecial: true, ParseSpecial: true}))
+		}
 	}
 	if len(req.Tokens) == 0 {
 		return invalid(CodeEmptyPrompt, param)
+	}
+	for _, ids := range req.MoreTokens {
+		if len(ids) == 0 {
+			return invalid(CodeEmptyPrompt, param)
+		}
 	}
 	return nil
 }
