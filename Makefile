@@ -64,10 +64,12 @@ test: setup build
 	go vet ./...
 	go test $(GO_TEST_FLAGS) ./...
 
-serve: setup build
+# Serving needs only the MLX wheel and the default model (installed once),
+# not the test material of `setup`.
+serve: $(DEPS)/mlx/.ok $(DEPS)/smollm2/.ok build
 	bin/provider serve --model $(DEFAULT_MODEL)
 
-chat: setup build
+chat: $(DEPS)/mlx/.ok $(DEPS)/smollm2/.ok build
 	bin/provider generate --model $(DEFAULT_MODEL) --chat --prompt "$(PROMPT)"
 
 lint:
