@@ -98,7 +98,15 @@ func (w *Weights) Free() {
 
 // Upload copies every tensor to the device on stream s. It must run on the
 // MLX thread.
-func (m *Model) Upload(s mlx.Stream) (*Weights, error) {
+func (m *Model) Upload(s mlx.Stream) (*Weights, error) { return m.UploadProgress(s, nil) }
+
+// UploadProgress is Upload that reports, after each tensor, the host bytes
+// uploaded so far and the total (report may be nil).
+func (m *Model) UploadProgress(s mlx.Stream, report func(done, total int64)) (*Weights, error) {
+	var total, done int64
+	for _, t := range m.Tensors {
+		total += int64(t.Bytes())
+	}
 	names := make([]string, 0, len(m.Tensors))
 	for n := range m.Tensors {
 		names = append(names, n)
@@ -116,6 +124,10 @@ func (m *Model) Upload(s mlx.Stream) (*Weights, error) {
 			return nil, fmt.Errorf("model: upload: %w", err)
 		}
 		w.byName[n] = dw
+		if report != nil {
+			done += int64(m.Tensors[n].Bytes())
+			report(done, total)
+		}
 	}
 	return w, nil
 }

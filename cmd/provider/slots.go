@@ -169,7 +169,12 @@ func (sl *serveLoader) open(e catalogEntry) (*model.Model, uploader, int64, erro
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("serve: %s: %w", e.name, err)
 	}
-	return m, m.Upload, m.WeightBytes(), nil
+	bar := newProgress(os.Stderr, "loading "+e.name, sl.log)
+	upload := func(s mlx.Stream) (*model.Weights, error) {
+		defer bar.done()
+		return m.UploadProgress(s, bar.report)
+	}
+	return m, upload, m.WeightBytes(), nil
 }
 
 // capContext applies --ctx-size to a model's config: a smaller context is
