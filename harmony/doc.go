@@ -32,13 +32,19 @@
 //	final channel                  content
 //	commentary channel             content: without a recipient it is a
 //	                               preamble meant for the user
-//	any message with a recipient   nothing: a tool call, and no tool is
-//	                               offered (an analysis one still counts
+//	a message to functions.NAME    with tools offered (NewToolParser): a
+//	                               tool call (stages.Output.Calls), its
+//	                               body the arguments; a body that is not
+//	                               a JSON object is content
+//	any other message with a       nothing: a call of a tool that was not
+//	recipient                      offered (an analysis one still counts
 //	                               as reasoning tokens)
 //	headers, structure tokens      nothing
 //
 // Messages that go to the same field are concatenated as generated, with
-// nothing in between: the parser adds no text of its own.
+// nothing in between: the parser adds no text of its own. A call is
+// reported whole when its body ends (<|call|>, or any token that ends a
+// body).
 //
 // # Invariants
 //
@@ -57,6 +63,7 @@
 //
 // # Imports
 //
-// harmony imports stages for the OutputParser seam it plugs into, and
-// tokenizer; it never imports server, graph or engine.
+// harmony imports stages for the OutputParser seam it plugs into,
+// tokenizer, and toolcall for the calls it reports; it never imports
+// server, graph or engine.
 package harmony

@@ -1,12 +1,15 @@
 package harmony
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/goprovider/provider/stages"
 	"github.com/goprovider/provider/tokenizer"
+	"github.com/goprovider/provider/toolcall"
 )
 
 // Architecture is the model_type of the models that speak harmony.
@@ -60,6 +63,15 @@ func (v *Vocab) NewParser() stages.OutputParser {
 	return p
 }
 
+// NewToolParser returns the output parser of a generation that offers
+// tools (stages.Model.NewToolParser): it also reports the messages to
+// functions.NAME as tool calls.
+func (v *Vocab) NewToolParser() stages.OutputParser {
+	p := &Parser{v: v, dec: v.tok.NewStreamDecoder(), tools: true}
+	p.openHeader(true, false)
+	return p
+}
+
 // state is where the parser is in the harmony grammar.
 type state uint8
 
@@ -78,6 +90,7 @@ const (
 	toContent sink = iota
 	toReasoning
 	toNothing
+	toCall // the arguments of a tool call
 )
 
 // Parser splits one gpt-oss generation into content and reasoning (see
@@ -97,6 +110,11 @@ type Parser struct {
 	// Body: where its text goes and what its tokens count as.
 	sink sink
 	kind stages.TokenKind
+
+	// tools: messages to functions.NAME are calls; callName and args are
+	// the open call's.
+	tools          bool
+	callName, args string
 }
 
 // Add implements stages.OutputParser. The Output's Kind says what the
@@ -111,16 +129,20 @@ func (p *Parser) Add(id int32) stages.Output {
 	switch id {
 	case v.ret, v.call:
 		p.close(&out)
+		p.endCall(&out)
 		p.state = ended
 		out.End = true
 	case v.start:
 		p.close(&out)
+		p.endCall(&out)
 		p.openHeader(false, false)
 	case v.end:
 		p.close(&out)
+		p.endCall(&out)
 		p.state = between
 	case v.channel:
 		p.close(&out)
+		p.endCall(&out)
 		if p.state == inHeader {
 			p.inChannel = true
 			p.channel += " "
@@ -178,10 +200,31 @@ func (p *Parser) Flush() stages.Output {
 		p.appendHeader(&out, p.dec.Flush())
 	case inBody:
 		p.write(&out, p.dec.Flush())
+		p.endCall(&out)
 	case inRaw:
 		out.Content += p.dec.Flush()
 	}
 	return out
+}
+
+// endCall ends the body of a call: arguments that are a JSON object (or
+// nothing, no arguments) make the call, anything else is the text the
+// model wrote, as content.
+func (p *Parser) endCall(out *stages.Output) {
+	if p.state != inBody || p.sink != toCall {
+		return
+	}
+	args := strings.TrimSpace(p.args)
+	if args == "" {
+		args = "{}"
+	}
+	var b bytes.Buffer
+	if strings.HasPrefix(args, "{") && json.Compact(&b, []byte(args)) == nil {
+		out.Calls = append(out.Calls, toolcall.Call{Name: p.callName, Arguments: b.String()})
+	} else {
+		out.Content += p.args
+	}
+	p.sink, p.callName, p.args = toNothing, "", ""
 }
 
 // openHeader starts a header; implicit says the prompt wrote its role,
@@ -244,9 +287,14 @@ func (p *Parser) plausible(part string) bool {
 // openBody reads the finished header and opens the message body.
 func (p *Parser) openBody() {
 	var recipient bool
+	var function string
 	for _, f := range strings.Fields(p.role + " " + p.channel) {
-		if strings.HasPrefix(f, "to=") {
+		if to, ok := strings.CutPrefix(f, "to="); ok {
 			recipient = true
+			function, _ = strings.CutPrefix(to, "functions.")
+			if function == to {
+				function = ""
+			}
 		}
 	}
 	var channel string
@@ -254,6 +302,11 @@ func (p *Parser) openBody() {
 		channel = f[0]
 	}
 	switch {
+	case p.tools && function != "" && validFunction(function):
+		p.sink, p.kind, p.callName, p.args = toCall, stages.StructureToken, function, ""
+		if channel == "analysis" {
+			p.kind = stages.ReasoningToken
+		}
 	case channel == "analysis" && recipient:
 		p.sink, p.kind = toNothing, stages.ReasoningToken
 	case channel == "analysis":
@@ -275,5 +328,19 @@ func (p *Parser) write(out *stages.Output, text string) {
 		out.Content += text
 	case toReasoning:
 		out.Reasoning += text
+	case toCall:
+		p.args += text
 	}
+}
+
+// validFunction reports whether name can be an offered function's
+// (letters, digits, "_" and "-").
+func validFunction(name string) bool {
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }

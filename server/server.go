@@ -155,18 +155,20 @@ func (s *Server) Close() { s.graph.Close() }
 // Register starts serving a model. It refuses architectures without an
 // adapter and chat templates that do not parse. A gpt-oss model's chat
 // output goes through harmony's parser (reasoning_content, reasoning
-// tokens); its vocabulary must have harmony's structure tokens.
+// tokens, tool calls); its vocabulary must have harmony's structure
+// tokens. Every model's tool dialect (the syntax of its calls, what its
+// template renders of tools) is found once here (stages.DetectTools).
 func (s *Server) Register(m Model) error {
 	if s.archs != nil && !slices.Contains(s.archs, m.Architecture) {
 		return fmt.Errorf("%w: %q", ErrUnsupportedArchitecture, m.Architecture)
 	}
-	var parser func() stages.OutputParser
+	var parser, toolParser func() stages.OutputParser
 	if m.Architecture == harmony.Architecture {
 		v, err := harmony.NewVocab(m.Tokenizer)
 		if err != nil {
 			return fmt.Errorf("server: register %s: %w", m.Name, err)
 		}
-		parser = v.NewParser
+		parser, toolParser = v.NewParser, v.NewToolParser
 		if m.ChatTemplate == "" {
 			m.ChatTemplate = harmony.ChatTemplate
 		}
@@ -188,6 +190,8 @@ func (s *Server) Register(m Model) error {
 			EOS:             slices.Clone(m.EOS),
 			ContextLength:   m.ContextLength,
 			NewOutputParser: parser,
+			Tools:           stages.DetectTools(m.Architecture, m.ChatTemplate, tmpl),
+			NewToolParser:   toolParser,
 			Vision:          m.Vision,
 		},
 		Generator: m.Generator,

@@ -87,7 +87,7 @@ func TestBadInput(t *testing.T) {
 		{"unknown model", "POST", "/v1/chat/completions", "", `{"model":"SECRET-model","messages":[{"role":"user","content":"x"}]}`, 404, "model_not_found", ""},
 		{"33 MiB body", "POST", "/v1/chat/completions", "", big, 413, "request_too_large", ""},
 		{"unknown field in a message", "POST", "/v1/chat/completions", "", `{"model":"stories","messages":[{"role":"user","content":"x","SECRET_field":1}]}`, 400, "unknown_parameter", "messages"},
-		{"tools", "POST", "/v1/chat/completions", "", `{"model":"stories","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]}`, 400, "unsupported_parameter", "tools"},
+		{"tool without its function", "POST", "/v1/chat/completions", "", `{"model":"stories","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]}`, 400, "missing_required_parameter", "tools"},
 		{"n=17", "POST", "/v1/chat/completions", "", `{"model":"stories","messages":[{"role":"user","content":"x"}],"n":17}`, 400, "invalid_value", "n"},
 		{"presence_penalty 3", "POST", "/v1/chat/completions", "", `{"model":"stories","messages":[{"role":"user","content":"x"}],"presence_penalty":3}`, 400, "invalid_value", "presence_penalty"},
 		{"logit_bias outside the vocabulary", "POST", "/v1/completions", "", `{"model":"stories","prompt":"x","logit_bias":{"99999":1}}`, 400, "invalid_value", "logit_bias"},

@@ -13,6 +13,7 @@ import (
 
 	"github.com/goprovider/provider/engine"
 	"github.com/goprovider/provider/tokenizer"
+	"github.com/goprovider/provider/toolcall"
 )
 
 // TokenLogprob is a token's log-probability as a client sees it.
@@ -52,6 +53,9 @@ type Delta struct {
 
 	Text      string
 	Reasoning string
+	// ToolCalls are tool calls of the answer, complete, after the Text
+	// they follow.
+	ToolCalls []ToolCall
 	Logprobs  []Logprob
 	Finish    string
 	Usage     engine.Usage
@@ -259,6 +263,7 @@ type detok struct {
 	entries   []heldLogprob
 	tokens    int // completion tokens seen
 	reasoned  int // of which reasoning tokens
+	called    int // tool calls released
 	done      bool
 }
 
@@ -291,6 +296,7 @@ func newDetok(req *Request) *detok {
 func (d *detok) feed(ev engine.Event) []Delta {
 	switch ev.Kind {
 	case engine.EventDelta:
+		var out []Delta
 		for i, id := range ev.Tokens {
 			if _, eos := slices.BinarySearch(d.eos, id); eos {
 				continue
@@ -307,23 +313,27 @@ func (d *detok) feed(ev engine.Event) []Delta {
 			d.add(o, lp)
 			usage := engine.Usage{PromptTokens: d.prompt, CompletionTokens: d.tokens}
 			if at := d.match(); at >= 0 {
-				return d.stop(at, usage)
+				return append(out, d.stop(at, usage)...)
+			}
+			if len(o.Calls) > 0 {
+				out = append(out, d.calls(o.Calls)...)
 			}
 			if o.End {
-				return d.stop(len(d.pending), usage)
+				return append(out, d.stop(len(d.pending), usage)...)
 			}
 		}
-		return d.content(len(d.pending) - d.holdback())
+		return append(out, d.content(len(d.pending)-d.holdback())...)
 	case engine.EventFinished:
-		d.add(d.parser.Flush(), nil)
+		o := d.parser.Flush()
+		d.add(o, nil)
 		if at := d.match(); at >= 0 {
 			return d.stop(at, ev.Usage)
 		}
-		out := d.content(len(d.pending))
+		out := d.calls(o.Calls)
 		d.done = true
 		switch ev.Reason {
 		case engine.FinishStop, engine.FinishLength:
-			return append(out, Delta{Finish: ev.Reason.String(), Usage: ev.Usage, ReasoningTokens: d.reasoned})
+			return append(out, Delta{Finish: d.finish(ev.Reason), Usage: ev.Usage, ReasoningTokens: d.reasoned})
 		}
 		return append(out, Delta{Err: fmt.Errorf("%w: finish reason %v", ErrStreamEnded, ev.Reason)})
 	default:
@@ -425,7 +435,36 @@ func (d *detok) content(n int) []Delta {
 func (d *detok) stop(at int, usage engine.Usage) []Delta {
 	out := d.content(at)
 	d.pending, d.entries, d.done = "", nil, true
-	return append(out, Delta{Finish: engine.FinishStop.String(), Usage: usage, ReasoningTokens: d.reasoned})
+	return append(out, Delta{Finish: d.finish(engine.FinishStop), Usage: usage, ReasoningTokens: d.reasoned})
+}
+
+// calls releases all held content, then the parser's calls with their
+// indexes among the answer's (an answer's calls follow the content
+// before them, and no stop string spans a call).
+func (d *detok) calls(calls []toolcall.Call) []Delta {
+	out := d.content(len(d.pending))
+	if len(calls) == 0 {
+		return out
+	}
+	tcs := make([]ToolCall, len(calls))
+	for i, c := range calls {
+		tcs[i] = ToolCall{Index: d.called, Call: c}
+		d.called++
+	}
+	if len(out) == 0 {
+		out = []Delta{{}}
+	}
+	out[len(out)-1].ToolCalls = tcs
+	return out
+}
+
+// finish is the finish reason of a generation that ended for reason: an
+// answer that stopped after making calls finishes with "tool_calls".
+func (d *detok) finish(reason engine.FinishReason) string {
+	if reason == engine.FinishStop && d.called > 0 {
+		return "tool_calls"
+	}
+	return reason.String()
 }
 
 // tokenTrace is the recorded input of the token path.
@@ -474,6 +513,7 @@ type deltaRecord struct {
 	Usage           engine.Usage
 	ReasoningTokens int
 	Err             string
+	ToolCalls       []ToolCall `msgpack:",omitempty"`
 }
 
 // TokenStage names the token path in records.
@@ -490,7 +530,7 @@ func tokenRecord(req *Request, choice int, events []engine.Event, deltas []Delta
 func encodeDeltas(deltas []Delta) []byte {
 	out := make([]deltaRecord, len(deltas))
 	for i, x := range deltas {
-		out[i] = deltaRecord{Text: x.Text, Reasoning: x.Reasoning, Logprobs: x.Logprobs, Finish: x.Finish, Usage: x.Usage, ReasoningTokens: x.ReasoningTokens}
+		out[i] = deltaRecord{Text: x.Text, Reasoning: x.Reasoning, Logprobs: x.Logprobs, Finish: x.Finish, Usage: x.Usage, ReasoningTokens: x.ReasoningTokens, ToolCalls: x.ToolCalls}
 		if x.Err != nil {
 			out[i].Err = x.Err.Error()
 		}

@@ -65,6 +65,25 @@
 // format. Stop strings and logprobs apply to content only; reasoning is
 // delivered as Delta.Reasoning as soon as the parser releases it.
 //
+// # Tools
+//
+// A chat request may offer tools (Params.Tools, parseTools) and send calls
+// and their results back as history. Each model has a ToolDialect, found
+// when it is registered (DetectTools): the syntax its calls are written
+// in (package toolcall) and what its chat template renders of tools,
+// calls and results, learned by rendering probe conversations. RenderChat
+// passes tools and calls to the template as Hugging Face templates take
+// them, and writes in the model's syntax what the template does not
+// render (a system preamble listing the tools, calls as assistant text,
+// results as user turns), so tools are never dropped silently. The
+// output of a generation that offers tools goes through the model's tool
+// parser (harmony's) or a toolOutput scanning the text; its calls travel
+// as Output.Calls and Delta.ToolCalls, are framed as OpenAI tool-call
+// deltas with ids minted from the response id, and an answer that made
+// calls finishes with "tool_calls". tool_choice "none" offers nothing; a
+// required or named choice needs constrained decoding
+// (ToolChoiceGrammar) and is refused until generation carries it.
+//
 // # Replay
 //
 // Every stage can be recorded: Run and Detokenizer hand a Recorder the

@@ -1,8 +1,11 @@
 package stages
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"math"
+	"strconv"
 	"strings"
 
 	"github.com/goprovider/provider/engine"
@@ -33,7 +36,9 @@ func ResponseID(req *Request) string {
 // field vLLM and DeepSeek use), a chunk with the finish reason, a usage
 // chunk with empty choices when stream_options.include_usage is set, and
 // [DONE]. A final Delta with an error yields nothing: the caller reports
-// the error in its own frame. With several choices each chunk carries its
+// the error in its own frame. A tool call is two chunks, as OpenAI streams
+// one: its index, id, type and name with empty arguments, then its
+// arguments. With several choices each chunk carries its
 // Delta's choice index, each choice gets its role chunk and its finish
 // chunk, and the usage chunk and [DONE] follow the final Delta.
 type Framer struct {
@@ -88,6 +93,11 @@ func (f *Framer) Frames(d Delta) [][]byte {
 	} else if f.head.endpoint == Completion && (d.Text != "" || len(d.Logprobs) > 0) {
 		out = append(out, f.chunk(completionChoice{Index: d.Index, Text: d.Text, Logprobs: f.completionLogprobs(d.Logprobs)}, nil))
 	}
+	if f.head.endpoint == Chat {
+		for _, tc := range d.ToolCalls {
+			out = append(out, f.toolCallChunks(d.Index, tc)...)
+		}
+	}
 	if d.Finish != "" {
 		reason := d.Finish
 		if f.head.endpoint == Chat {
@@ -104,6 +114,26 @@ func (f *Framer) Frames(d Delta) [][]byte {
 		out = append(out, Done)
 	}
 	return out
+}
+
+// toolCallChunks streams one complete call as OpenAI does: a first delta
+// with its id, type, name and empty arguments, then its arguments.
+func (f *Framer) toolCallChunks(choice int, tc ToolCall) [][]byte {
+	head := toolCallJSON{Index: tc.Index, ID: toolCallID(f.head.id, choice, tc.Index), Type: "function",
+		Function: toolFunctionJSON{Name: tc.Name}}
+	args := toolCallJSON{Index: tc.Index, Function: toolFunctionJSON{Arguments: tc.Arguments}}
+	return [][]byte{
+		f.chunk(chatChunkChoice{Index: choice, Delta: chatDelta{ToolCalls: []toolCallJSON{head}}}, nil),
+		f.chunk(chatChunkChoice{Index: choice, Delta: chatDelta{ToolCalls: []toolCallJSON{args}}}, nil),
+	}
+}
+
+// toolCallID mints the id of call index of a response's choice: a digest
+// of the three, so a replay yields the same ids and no two calls of one
+// response share one.
+func toolCallID(responseID string, choice, index int) string {
+	sum := sha256.Sum256([]byte(responseID + "/" + strconv.Itoa(choice) + "/" + strconv.Itoa(index)))
+	return "call_" + hex.EncodeToString(sum[:12])
 }
 
 // start marks choice i as started and reports whether it already was.
@@ -163,6 +193,7 @@ type collected struct {
 	text      strings.Builder
 	reasoning strings.Builder
 	lps       []Logprob
+	calls     []ToolCall
 	finish    string
 }
 
@@ -178,6 +209,7 @@ func (c *Collector) Add(d Delta) {
 	ch.text.WriteString(d.Text)
 	ch.reasoning.WriteString(d.Reasoning)
 	ch.lps = append(ch.lps, d.Logprobs...)
+	ch.calls = append(ch.calls, d.ToolCalls...)
 	if d.Finish != "" {
 		ch.finish = d.Finish
 	}
@@ -219,7 +251,7 @@ func (c *Collector) JSON() []byte {
 		if c.head.logprobs {
 			lp = chatLogprobsOf(ch.lps)
 		}
-		choices[i] = chatChoice{Index: i, Message: chatMessage{Role: "assistant", Content: ch.text.String(), ReasoningContent: ch.reasoning.String()},
+		choices[i] = chatChoice{Index: i, Message: chatMessage{Role: "assistant", Content: c.content(i, ch), ReasoningContent: ch.reasoning.String(), ToolCalls: c.toolCalls(i, ch)},
 			Logprobs: lp, FinishReason: ch.finish}
 	}
 	return mustJSON(responseJSON[chatChoice, usageJSON]{
@@ -249,9 +281,30 @@ type chatChunkChoice struct {
 }
 
 type chatDelta struct {
-	Role             string  `json:"role,omitempty"`
-	Content          *string `json:"content,omitempty"`
-	ReasoningContent *string `json:"reasoning_content,omitempty"`
+	Role             string         `json:"role,omitempty"`
+	Content          *string        `json:"content,omitempty"`
+	ReasoningContent *string        `json:"reasoning_content,omitempty"`
+	ToolCalls        []toolCallJSON `json:"tool_calls,omitempty"`
+}
+
+// toolCallJSON is a call as a streamed delta carries it (index set) and
+// as a message lists it (index left out).
+type toolCallJSON struct {
+	Index    int              `json:"index"`
+	ID       string           `json:"id,omitempty"`
+	Type     string           `json:"type,omitempty"`
+	Function toolFunctionJSON `json:"function"`
+}
+
+type messageToolCallJSON struct {
+	ID       string           `json:"id"`
+	Type     string           `json:"type"`
+	Function toolFunctionJSON `json:"function"`
+}
+
+type toolFunctionJSON struct {
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments"`
 }
 
 type completionChoice struct {
@@ -269,10 +322,32 @@ type chatChoice struct {
 }
 
 type chatMessage struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role string `json:"role"`
+	// Content is null for an answer that is only tool calls, as OpenAI's.
+	Content *string `json:"content"`
 	// ReasoningContent is absent for models that do not reason.
-	ReasoningContent string `json:"reasoning_content,omitempty"`
+	ReasoningContent string                `json:"reasoning_content,omitempty"`
+	ToolCalls        []messageToolCallJSON `json:"tool_calls,omitempty"`
+}
+
+// content is choice i's message content: null when it made calls and
+// wrote no text.
+func (c *Collector) content(i int, ch *collected) *string {
+	text := ch.text.String()
+	if text == "" && len(ch.calls) > 0 {
+		return nil
+	}
+	return &text
+}
+
+// toolCalls lists choice i's calls with their minted ids.
+func (c *Collector) toolCalls(i int, ch *collected) []messageToolCallJSON {
+	var out []messageToolCallJSON
+	for _, tc := range ch.calls {
+		out = append(out, messageToolCallJSON{ID: toolCallID(c.head.id, i, tc.Index), Type: "function",
+			Function: toolFunctionJSON{Name: tc.Name, Arguments: tc.Arguments}})
+	}
+	return out
 }
 
 type completionFinal struct {

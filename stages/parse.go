@@ -38,13 +38,12 @@ const (
 // Params.Ignored (clients send other servers' extensions; the server logs
 // and counts the names); an unknown field inside a known object is refused
 // (unknown_parameter, param naming the object). A known field is accepted
-// only at values we honour, else it is a 400 whose param names it: tools
-// empty, best_of absent, 1 or n, response_format "text", echo false,
-// suffix empty, store false. Fields
-// that change nothing we return (user, metadata, service_tier,
-// parallel_tool_calls) are accepted and ignored. tools are refused whatever
-// the template can do, because no tool-call parser turns output into
-// tool_calls yet. Sampling defaults are greedy: temperature 0, top_p 1,
+// only at values we honour, else it is a 400 whose param names it:
+// functions empty, best_of absent, 1 or n, response_format "text", echo
+// false, suffix empty, store false. Fields
+// that change nothing we return (user, metadata, service_tier) are
+// accepted and ignored. tools, tool_choice and parallel_tool_calls are
+// read by parseTools. Sampling defaults are greedy: temperature 0, top_p 1,
 // top_k 0 (-1 is accepted as "no limit", as vLLM clients send it).
 //
 // Sampling knobs (package sample applies them): logit_bias (token ids of
@@ -413,6 +412,9 @@ func parseChat(f fields, p *Params) error {
 	if err := refuseChatFeatures(f); err != nil {
 		return err
 	}
+	if err := parseTools(f, p); err != nil {
+		return err
+	}
 	var raws []json.RawMessage
 	if ok, err := get(f, "messages", &raws); err != nil {
 		return err
@@ -431,7 +433,7 @@ func parseChat(f fields, p *Params) error {
 		p.Messages = append(p.Messages, m)
 		p.Media = append(p.Media, media...)
 	}
-	return nil
+	return linkToolResults(p.Messages)
 }
 
 // refuseChatFeatures checks the chat fields accepted only at values that
@@ -450,28 +452,20 @@ func refuseChatFeatures(f fields) error {
 			return invalid(CodeUnsupported, "response_format")
 		}
 	}
-	for _, name := range []string{"tools", "functions"} {
-		var list []json.RawMessage
-		if ok, err := get(f, name, &list); err != nil {
-			return err
-		} else if ok && len(list) > 0 {
-			return invalid(CodeUnsupported, name)
-		}
+	// The legacy functions API is refused; tools replace it.
+	var list []json.RawMessage
+	if ok, err := get(f, "functions", &list); err != nil {
+		return err
+	} else if ok && len(list) > 0 {
+		return invalid(CodeUnsupported, "functions")
 	}
-	for _, name := range []string{"tool_choice", "function_call"} {
-		raw, ok := f[name]
-		if !ok || isNull(raw) {
-			continue
-		}
+	if raw, ok := f["function_call"]; ok && !isNull(raw) {
 		var s string
 		if kind(raw) != '"' || json.Unmarshal(raw, &s) != nil || (s != "none" && s != "auto") {
-			return invalid(CodeUnsupported, name)
+			return invalid(CodeUnsupported, "function_call")
 		}
 	}
 	var b bool
-	if _, err := get(f, "parallel_tool_calls", &b); err != nil {
-		return err
-	}
 	if ok, err := get(f, "store", &b); err != nil {
 		return err
 	} else if ok && b {
@@ -499,7 +493,9 @@ func refuseChatFeatures(f fields) error {
 
 // parseMessage validates one chat turn. The "developer" role is the
 // system role of newer OpenAI models and is passed to templates as
-// "system"; tool and function turns are refused with tools.
+// "system"; an assistant turn may carry tool_calls (its content then may
+// be null or absent) and a tool turn answers one by tool_call_id;
+// function turns (the legacy functions API) are refused.
 func parseMessage(raw json.RawMessage) (Message, []Media, error) {
 	f, err := object(raw, "messages")
 	if err != nil {
@@ -518,7 +514,8 @@ func parseMessage(raw json.RawMessage) (Message, []Media, error) {
 	case "system", "user", "assistant":
 	case "developer":
 		m.Role = "system"
-	case "tool", "function":
+	case "tool":
+	case "function":
 		return Message{}, nil, invalid(CodeUnsupported, "messages")
 	default:
 		return Message{}, nil, invalid(CodeInvalidValue, "messages")
@@ -526,12 +523,8 @@ func parseMessage(raw json.RawMessage) (Message, []Media, error) {
 	if _, err := get(f, "name", &m.Name); err != nil {
 		return Message{}, nil, &Invalid{Code: CodeInvalidType, Param: "messages", Err: err}
 	}
-	var calls []json.RawMessage
-	if _, err := get(f, "tool_calls", &calls); err != nil {
-		return Message{}, nil, &Invalid{Code: CodeInvalidType, Param: "messages", Err: err}
-	}
-	if len(calls) > 0 || !isNull(f["tool_call_id"]) || !isNull(f["function_call"]) {
-		return Message{}, nil, invalid(CodeUnsupported, "messages")
+	if err := parseMessageTools(f, &m); err != nil {
+		return Message{}, nil, err
 	}
 	var reasoning string
 	if _, err := get(f, "reasoning_content", &reasoning); err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/goprovider/provider/sample"
+	"github.com/goprovider/provider/toolcall"
 )
 
 func TestParseRejects(t *testing.T) {
@@ -34,7 +35,7 @@ func TestParseRejects(t *testing.T) {
 		{"messages wrong type", Chat, `{"model":"stories","messages":"hi"}`, CodeInvalidType, "messages", false},
 		{"message not an object", Chat, `{"model":"stories","messages":["hi"]}`, CodeInvalidType, "messages", false},
 		{"bad role", Chat, `{"model":"stories","messages":[{"role":"wizard","content":"hi"}]}`, CodeInvalidValue, "messages", false},
-		{"tool role", Chat, `{"model":"stories","messages":[{"role":"tool","content":"hi","tool_call_id":"x"}]}`, CodeUnsupported, "messages", false},
+		{"tool result of no call", Chat, `{"model":"stories","messages":[{"role":"tool","content":"hi","tool_call_id":"x"}]}`, CodeInvalidValue, "messages", false},
 		{"user without content", Chat, `{"model":"stories","messages":[{"role":"user"}]}`, CodeMissing, "messages", false},
 		{"content wrong type", Chat, `{"model":"stories","messages":[{"role":"user","content":5}]}`, CodeInvalidType, "messages", false},
 		{"unknown message field", Chat, `{"model":"stories","messages":[{"role":"user","content":"hi","mood":"x"}]}`, CodeUnknownParameter, "messages", false},
@@ -60,8 +61,7 @@ func TestParseRejects(t *testing.T) {
 		{"n as string", Chat, `{"model":"stories","messages":[{"role":"user","content":"hi"}],"n":"2"}`, CodeInvalidType, "n", false},
 		{"top_logprobs without logprobs", Chat, `{"model":"stories","messages":[{"role":"user","content":"hi"}],"top_logprobs":2}`, CodeInvalidValue, "top_logprobs", false},
 		{"top_logprobs 21", Chat, `{"model":"stories","messages":[{"role":"user","content":"hi"}],"logprobs":true,"top_logprobs":21}`, CodeInvalidValue, "top_logprobs", false},
-		{"tools", Chat, `{"model":"stories","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f"}}]}`, CodeUnsupported, "tools", false},
-		{"tool_choice required", Chat, `{"model":"stories","messages":[{"role":"user","content":"hi"}],"tool_choice":"required"}`, CodeUnsupported, "tool_choice", false},
+		{"tool_choice required without tools", Chat, `{"model":"stories","messages":[{"role":"user","content":"hi"}],"tool_choice":"required"}`, CodeInvalidValue, "tool_choice", false},
 		{"json mode", Chat, `{"model":"stories","messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_object"}}`, CodeUnsupported, "response_format", false},
 		{"presence_penalty above 2", Chat, `{"model":"stories","messages":[{"role":"user","content":"hi"}],"presence_penalty":2.5}`, CodeInvalidValue, "presence_penalty", false},
 		{"frequency_penalty below -2", Chat, `{"model":"stories","messages":[{"role":"user","content":"hi"}],"frequency_penalty":-3}`, CodeInvalidValue, "frequency_penalty", false},
@@ -146,6 +146,7 @@ func TestParseAccepts(t *testing.T) {
 				Sampling: sample.Params{Temperature: 0.7, TopP: 0.9, Seed: &seven},
 				Stop:     []string{"END"}, Logprobs: true, TopLogprobs: 3, Stream: true, IncludeUsage: true, User: "u1",
 				ReasoningEffort: "high",
+				ToolChoice:      toolcall.Choice{Mode: toolcall.NoCalls},
 			},
 		},
 		{

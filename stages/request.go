@@ -10,6 +10,7 @@ import (
 	"github.com/goprovider/provider/media"
 	"github.com/goprovider/provider/sample"
 	"github.com/goprovider/provider/tokenizer"
+	"github.com/goprovider/provider/toolcall"
 )
 
 // Model is what the pipeline knows of one served model. It is immutable
@@ -31,6 +32,15 @@ type Model struct {
 	// channels) splits it into content and reasoning. Nil: every token's
 	// text is content.
 	NewOutputParser func() OutputParser
+	// Tools is how the model is told about tools and writes its calls
+	// (DetectTools); the zero value refuses requests that offer tools or
+	// send calls back.
+	Tools ToolDialect
+	// NewToolParser, when set, makes the OutputParser of chat generations
+	// that offer tools, for a model whose calls are structure its own
+	// parser reads (harmony's): it reports them as Output.Calls. Nil: the
+	// calls of Tools.Syntax are found in the text.
+	NewToolParser func() OutputParser
 	// Vision is the model's vision tower: with one, MediaDecode decodes
 	// the media of its requests, Template expands their placeholders and
 	// VisionTower encodes them. Nil refuses media (400 unsupported_media).
@@ -115,6 +125,11 @@ type Message struct {
 	// Parts is the content as a list, in order, when it was given as one;
 	// nil when it was a string.
 	Parts []Part
+	// ToolCalls are the calls of an assistant turn sent back as history.
+	ToolCalls []toolcall.Call
+	// ToolCallID is the call a tool turn answers; Parse sets Name to that
+	// call's function when the turn names none.
+	ToolCallID string
 }
 
 // Part is one content part of a chat turn: Kind "text" with its Text, or
@@ -175,6 +190,18 @@ type Params struct {
 	// ReasoningEffort is the chat request's reasoning_effort ("low",
 	// "medium", "high"; "" when absent), passed to the chat template.
 	ReasoningEffort string
+	// Tools are the functions a chat request offers (tools), ToolChoice
+	// its tool_choice, and SerialToolCalls is parallel_tool_calls: false
+	// (at most one call per answer).
+	Tools           []toolcall.Tool
+	ToolChoice      toolcall.Choice
+	SerialToolCalls bool
+}
+
+// OffersTools reports whether the model is told about tools and its calls
+// are parsed: tools are given and tool_choice is not "none".
+func (p *Params) OffersTools() bool {
+	return len(p.Tools) > 0 && p.ToolChoice.Mode != toolcall.NoCalls
 }
 
 // Request is the request's data as the stages enrich it.

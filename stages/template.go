@@ -10,6 +10,7 @@ import (
 	"github.com/goprovider/provider/jinja"
 	"github.com/goprovider/provider/media"
 	"github.com/goprovider/provider/tokenizer"
+	"github.com/goprovider/provider/toolcall"
 )
 
 // Template turns a parsed request into prompt tokens.
@@ -41,7 +42,11 @@ func (Template) Apply(_ context.Context, req *Request) error {
 			return invalid(CodeNoChatTemplate, "model")
 		}
 		bos, eos := tokenText(tok, tok.BOS()), tokenText(tok, tok.EOS())
-		text, err := RenderChat(m.ChatTemplate, p.Messages, ChatVars{BOS: bos, EOS: eos, Now: req.Received, ReasoningEffort: p.ReasoningEffort, Parts: m.Vision != nil})
+		vars := ChatVars{BOS: bos, EOS: eos, Now: req.Received, ReasoningEffort: p.ReasoningEffort, Parts: m.Vision != nil}
+		if err := toolVars(&vars, p, m); err != nil {
+			return err
+		}
+		text, err := RenderChat(m.ChatTemplate, p.Messages, vars)
 		if err != nil {
 			return err
 		}
@@ -93,6 +98,13 @@ type ChatVars struct {
 	// "video"}), for templates that place media; otherwise content is
 	// the joined text.
 	Parts bool
+	// Tools are the tools offered to the model (none when tool_choice is
+	// "none"), SerialToolCalls asks for one call at a time, and Dialect is
+	// the model's: what its template does not render of tools, calls and
+	// results is written in its syntax (ToolDialect).
+	Tools           []toolcall.Tool
+	SerialToolCalls bool
+	Dialect         ToolDialect
 }
 
 // expandImages replaces the image markers the template wrote, in order,
@@ -154,6 +166,10 @@ func expandMarkers(text, marker string, prompts []string) (string, error) {
 // conversation: that is the client's to fix (*Invalid,
 // template_rejected). Any other failure is the template's (ErrTemplate).
 func RenderChat(t *jinja.Template, msgs []Message, v ChatVars) (string, error) {
+	toolTurns := len(v.Tools) > 0 || hasToolTurns(msgs)
+	if toolTurns {
+		msgs = v.Dialect.withTools(msgs, v.Tools, v.SerialToolCalls)
+	}
 	list := make([]map[string]any, len(msgs))
 	for i, m := range msgs {
 		list[i] = map[string]any{"role": m.Role, "content": m.Content}
@@ -171,12 +187,24 @@ func RenderChat(t *jinja.Template, msgs []Message, v ChatVars) (string, error) {
 		if m.Name != "" {
 			list[i]["name"] = m.Name
 		}
+		if len(m.ToolCalls) > 0 {
+			list[i]["tool_calls"] = callValues(m.ToolCalls)
+		}
+		if m.ToolCallID != "" {
+			list[i]["tool_call_id"] = m.ToolCallID
+		}
+	}
+	if toolTurns && v.Dialect.Renders.AttachedResults {
+		list = attachResults(list, msgs)
 	}
 	o := jinja.ChatOptions{
 		AddGenerationPrompt: true,
 		BOS:                 v.BOS,
 		EOS:                 v.EOS,
 		Now:                 func() time.Time { return v.Now },
+	}
+	if len(v.Tools) > 0 && v.Dialect.Renders.Tools {
+		o.Tools = toolValues(v.Tools)
 	}
 	if v.ReasoningEffort != "" {
 		// Left undefined otherwise, so the template applies its default.
