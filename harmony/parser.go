@@ -302,7 +302,7 @@ func (p *Parser) openBody() {
 		channel = f[0]
 	}
 	switch {
-	case p.tools && function != "" && validFunction(function):
+	case p.tools && toolcall.ValidName(function):
 		p.sink, p.kind, p.callName, p.args = toCall, stages.StructureToken, function, ""
 		if channel == "analysis" {
 			p.kind = stages.ReasoningToken
@@ -331,16 +331,4 @@ func (p *Parser) write(out *stages.Output, text string) {
 	case toCall:
 		p.args += text
 	}
-}
-
-// validFunction reports whether name can be an offered function's
-// (letters, digits, "_" and "-").
-func validFunction(name string) bool {
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
 }

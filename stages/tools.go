@@ -92,7 +92,7 @@ func parseTool(raw json.RawMessage) (toolcall.Tool, error) {
 		return toolcall.Tool{}, &Invalid{Code: CodeInvalidType, Param: "tools", Err: err}
 	} else if !ok {
 		return toolcall.Tool{}, invalid(CodeMissing, "tools")
-	} else if !validToolName(t.Name) {
+	} else if !toolcall.ValidName(t.Name) {
 		return toolcall.Tool{}, invalid(CodeInvalidValue, "tools")
 	}
 	if _, err := get(fn, "description", &t.Description); err != nil {
@@ -109,20 +109,6 @@ func parseTool(raw json.RawMessage) (toolcall.Tool, error) {
 		return toolcall.Tool{}, &Invalid{Code: CodeInvalidType, Param: "tools", Err: err}
 	}
 	return t, nil
-}
-
-// validToolName is OpenAI's rule for function names.
-func validToolName(s string) bool {
-	if s == "" || len(s) > 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
 }
 
 func parseToolChoice(raw json.RawMessage) (toolcall.Choice, error) {

@@ -163,9 +163,14 @@ func parseGemma4Call(body string) (Call, bool) {
 	return Call{Name: rest[:i], Arguments: b.String()}, true
 }
 
-// validName reports whether s can be a function name as OpenAI allows
-// them: letters, digits, "_", "-" (and "." for namespaced names), at most
-// 64 characters.
+// ValidName reports whether s can name a function, as OpenAI allows
+// them: 1 to 64 letters, digits, "_" or "-".
+func ValidName(s string) bool {
+	return !strings.Contains(s, ".") && validName(s)
+}
+
+// validName is ValidName that also takes "." (the namespaced names a
+// model may write in a call).
 func validName(s string) bool {
 	if s == "" || len(s) > 64 {
 		return false
