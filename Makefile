@@ -13,6 +13,7 @@ GO_TEST_FLAGS ?= -timeout 60m
 setup: $(DEPS)/mlx/.ok $(DEPS)/smollm2/.ok $(DEPS)/npm/.ok $(DEPS)/py-openai/.ok
 	bash scripts/setup_gemma3.sh > /dev/null
 	bash scripts/setup_ffmpeg.sh > /dev/null
+	bash scripts/setup_prometheus.sh
 	go mod download
 
 $(DEPS)/mlx/.ok:

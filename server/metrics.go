@@ -20,6 +20,9 @@ var (
 	ttftBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 	itlBuckets  = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}
 	e2eBuckets  = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+	// tpotBuckets span a small model on a GPU (about a millisecond a
+	// token) to a large one on a CPU (about a second).
+	tpotBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2.5}
 )
 
 type histogram struct {
@@ -44,6 +47,7 @@ func (h *histogram) observe(d time.Duration) {
 // modelMetrics are the request-side series of one model.
 type modelMetrics struct {
 	ttft, itl, e2e   *histogram
+	tpot             *histogram
 	promptTokens     uint64
 	completionTokens uint64
 }
@@ -66,7 +70,7 @@ func newMetrics() *metrics {
 func (m *metrics) model(name string) *modelMetrics {
 	mm, ok := m.models[name]
 	if !ok {
-		mm = &modelMetrics{ttft: newHistogram(ttftBuckets), itl: newHistogram(itlBuckets), e2e: newHistogram(e2eBuckets)}
+		mm = &modelMetrics{ttft: newHistogram(ttftBuckets), itl: newHistogram(itlBuckets), e2e: newHistogram(e2eBuckets), tpot: newHistogram(tpotBuckets)}
 		m.models[name] = mm
 	}
 	return mm
@@ -100,6 +104,11 @@ func (m *metrics) finish(endpoint string, status int, class string, t timing) {
 	}
 	if t.ended {
 		mm.e2e.observe(t.e2e)
+	}
+	// Time per output token: the decode time after the first token, shared
+	// by the tokens after it; one token has no decode time to share.
+	if t.first && t.ended && t.output >= 2 {
+		mm.tpot.observe((t.e2e - t.ttft) / time.Duration(t.output-1))
 	}
 	mm.promptTokens += uint64(t.prompt)
 	mm.completionTokens += uint64(t.output)
@@ -139,9 +148,9 @@ func (m *metrics) write(w io.Writer, engines []modelStats, snaps []slots.Snapsho
 	gauge("provider_requests_running", "Generations running in the engine.", func(s engine.Stats) int64 { return int64(s.Running) })
 	gauge("provider_requests_waiting", "Generations waiting for admission.", func(s engine.Stats) int64 { return int64(s.Waiting) })
 	gauge("provider_max_concurrency", "Concurrent generations the engine allows.", func(s engine.Stats) int64 { return int64(s.MaxConcurrent) })
-	gauge("provider_kv_bytes_used", "KV cache bytes charged to running generations.", func(s engine.Stats) int64 { return s.KVUsed })
-	gauge("provider_kv_bytes_capacity", "KV cache bytes granted to the engine.", func(s engine.Stats) int64 { return s.KVCapacity })
-	gauge("provider_kv_bytes_per_token", "KV cache bytes one token costs.", func(s engine.Stats) int64 { return s.KVBytesPerToken })
+	gauge("provider_kv_used_bytes", "KV cache bytes charged to running generations.", func(s engine.Stats) int64 { return s.KVUsed })
+	gauge("provider_kv_capacity_bytes", "KV cache bytes granted to the engine.", func(s engine.Stats) int64 { return s.KVCapacity })
+	gauge("provider_kv_token_size_bytes", "KV cache bytes one token costs.", func(s engine.Stats) int64 { return s.KVBytesPerToken })
 	counter("provider_preemptions_total", "Generations preempted to free KV cache.", func(s engine.Stats) uint64 { return s.Preemptions })
 	counter("provider_engine_steps_total", "Engine steps executed.", func(s engine.Stats) uint64 { return s.Steps })
 	writePrefixCache(b, engines)
@@ -180,6 +189,7 @@ func (m *metrics) write(w io.Writer, engines []modelStats, snaps []slots.Snapsho
 	hist("provider_time_to_first_token_seconds", "Time from arrival to the first generated text.", func(mm *modelMetrics) *histogram { return mm.ttft })
 	hist("provider_inter_token_latency_seconds", "Time between consecutive pieces of generated text.", func(mm *modelMetrics) *histogram { return mm.itl })
 	hist("provider_e2e_request_latency_seconds", "Time from arrival to the end of the response.", func(mm *modelMetrics) *histogram { return mm.e2e })
+	hist("provider_time_per_output_token_seconds", "Time per generated token after the first, per finished request of at least 2 tokens: (e2e - ttft) / (completion tokens - 1).", func(mm *modelMetrics) *histogram { return mm.tpot })
 
 	header(b, "provider_requests_total", "counter", "Requests by endpoint and HTTP status.")
 	keys := make([][2]string, 0, len(m.requests))
@@ -288,8 +298,8 @@ func writeSlots(b io.Writer, snaps []slots.Snapshot) {
 	series("provider_slot_tokens_max", "gauge", "KV tokens the slot's grant holds.", func(s slots.Snapshot) float64 { return float64(s.TokensMax) })
 	series("provider_slot_decode_tokens_per_second", "gauge", "Observed decode rate (moving average over steps).", func(s slots.Snapshot) float64 { return s.DecodeTPS })
 	series("provider_slot_prefill_tokens_per_second", "gauge", "Observed prefill rate (moving average over steps).", func(s slots.Snapshot) float64 { return s.PrefillTPS })
-	series("provider_slot_seconds_since_step", "gauge", "Seconds since the slot's last step (-1: none yet).", func(s slots.Snapshot) float64 { return s.SinceStep })
-	series("provider_slot_seconds_since_first_token", "gauge", "Seconds since the slot's last first token (-1: none yet).", func(s slots.Snapshot) float64 { return s.SinceFirstToken })
+	series("provider_slot_time_since_step_seconds", "gauge", "Seconds since the slot's last step (-1: none yet).", func(s slots.Snapshot) float64 { return s.SinceStep })
+	series("provider_slot_time_since_first_token_seconds", "gauge", "Seconds since the slot's last first token (-1: none yet).", func(s slots.Snapshot) float64 { return s.SinceFirstToken })
 	series("provider_slot_wedge_suspected", "gauge", "1 while the wedge detector suspects the slot's engine.", func(s slots.Snapshot) float64 {
 		if s.WedgeSuspected {
 			return 1
