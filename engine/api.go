@@ -39,6 +39,35 @@ type Generation struct {
 	// (model.Network); the prefix cache keys those positions by their
 	// span's hash.
 	Embeds []kvpool.Embed
+	// Grammar, when set, constrains the generated tokens (structured
+	// outputs): the engine starts one Constraint from it per generation.
+	// The row samples on the host, only among the tokens its mask allows,
+	// and stops ("stop") once the grammar is complete.
+	Grammar Grammar `msgpack:"-"`
+}
+
+// Grammar is a compiled grammar (package grammar implements it; the
+// engine never sees how). It is safe for concurrent use.
+type Grammar interface {
+	// NewConstraint starts a generation at the grammar's start.
+	NewConstraint() Constraint
+}
+
+// Constraint is one generation's place in its grammar. The engine calls
+// it from one goroutine at a time (not always the same one), in the
+// order Mask, Accept of a token that mask allowed, Mask, ..., and Close
+// once, when the row ends, after any Mask has returned.
+type Constraint interface {
+	// Mask returns the tokens allowed at the next step: bit i%32 of word
+	// i/32 is token i, and ids past the mask's end are not allowed. Once
+	// the grammar is complete only end-of-sequence tokens are allowed.
+	// The slice stays valid until the next call.
+	Mask() ([]uint32, error)
+	// Accept advances past tok and reports whether the grammar is
+	// complete: only end of sequence may follow.
+	Accept(tok int32) (done bool, err error)
+	// Close releases the constraint.
+	Close()
 }
 
 // EventKind tells the three kinds of Event apart.
@@ -90,4 +119,7 @@ var (
 	ErrStuck = errors.New("engine: row made no progress within its lease")
 	// ErrShutdown: the drain period ended before the row finished.
 	ErrShutdown = errors.New("engine: shut down before the generation finished")
+	// ErrConstraint: the row's grammar constraint failed (its mask or its
+	// advance past a token).
+	ErrConstraint = errors.New("engine: grammar constraint failed")
 )

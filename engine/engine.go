@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/bits"
 	"slices"
 	"sync"
@@ -100,7 +101,15 @@ type live struct {
 	kv       *kvpool.Seq // nil until the row first runs, and after preemption
 	sampler  *sample.Sampler
 	progress time.Time // last admission, prefill or decode progress
-	done     bool
+	// con is the row's grammar constraint, nil without one. Its mask for
+	// the next token is computed on another goroutine from the moment
+	// the last token is accepted, so it overlaps the next forward pass:
+	// maskReady is closed once mask and maskErr are set.
+	con       Constraint
+	mask      []uint32
+	maskErr   error
+	maskReady chan struct{}
+	done      bool
 	// unwatch stops the wake-up on ctx's cancellation once the row ends.
 	unwatch func() bool
 }
@@ -230,8 +239,17 @@ func (e *Engine) Submit(ctx context.Context, g Generation) (<-chan Event, error)
 		l.spans = append(l.spans, kvpool.Span{Start: sp.Start, End: sp.End})
 	}
 	l.staged = e.readStaged(g)
+	if g.Grammar != nil {
+		l.con = g.Grammar.NewConstraint()
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	accepted := false
+	defer func() {
+		if !accepted && l.con != nil {
+			l.con.Close()
+		}
+	}()
 	if e.draining || e.stopped {
 		return nil, ErrDraining
 	}
@@ -248,6 +266,10 @@ func (e *Engine) Submit(ctx context.Context, g Generation) (<-chan Event, error)
 		return nil, err
 	}
 	e.rows[g.ID] = l
+	accepted = true
+	if l.con != nil {
+		l.startMask()
+	}
 	l.unwatch = context.AfterFunc(ctx, e.poke)
 	e.poke()
 	return l.events, nil
@@ -516,6 +538,12 @@ func (e *Engine) end(l *live, ev Event) {
 		l.unwatch()
 	}
 	e.freeSeq(l)
+	if l.con != nil {
+		if l.maskReady != nil {
+			<-l.maskReady
+		}
+		l.con.Close()
+	}
 	if ev.Kind == EventFinished {
 		ev.Usage = Usage{PromptTokens: len(l.gen.Prompt), CompletionTokens: l.emitted, CachedTokens: min(l.cached, len(l.gen.Prompt))}
 	}
@@ -682,6 +710,12 @@ func (e *Engine) tick() bool {
 		}
 		p := picks[next]
 		next++
+		if p.err != nil {
+			res.Failed = append(res.Failed, l.gen.ID)
+			l.failed = p.err
+			e.freeSeq(l)
+			continue
+		}
 		l.seq = append(l.seq, p.tok)
 		if eos[p.tok] && !l.gen.IgnoreEOS {
 			res.Stopped = append(res.Stopped, l.gen.ID)
@@ -694,6 +728,19 @@ func (e *Engine) tick() bool {
 			e.mu.Unlock()
 		}
 		l.events <- Event{Kind: EventDelta, Tokens: []int32{p.tok}, Logprobs: p.logprobs}
+		if l.con != nil {
+			switch done, err := l.con.Accept(p.tok); {
+			case err != nil:
+				res.Failed = append(res.Failed, l.gen.ID)
+				l.failed = fmt.Errorf("%w: %w", ErrConstraint, err)
+				e.freeSeq(l)
+			case done:
+				// The grammar is complete: only end of sequence may follow.
+				res.Stopped = append(res.Stopped, l.gen.ID)
+			case l.emitted < l.gen.MaxTokens:
+				l.startMask()
+			}
+		}
 	}
 	e.tidyCache()
 	e.mu.Lock()
@@ -704,16 +751,20 @@ func (e *Engine) tick() bool {
 	return true
 }
 
-// pick is one sampling row's token and, when asked, its log-probabilities.
+// pick is one sampling row's token and, when asked, its log-probabilities,
+// or why the row could not sample.
 type pick struct {
 	tok      int32
 	logprobs []Logprob
+	err      error
 }
 
 // sampleStep runs the step's forward pass and picks each sampling row's
-// token. Greedy rows without logprobs take the argmax on the device, so
-// only their token ids cross to the host; the others copy their row of
-// logits and sample there with their own seeded sampler.
+// token. Greedy rows without logprobs or a grammar take the argmax on the
+// device, so only their token ids cross to the host; the others copy their
+// row of logits and sample there with their own seeded sampler, a
+// constrained row among the tokens its mask allows (its logprobs are the
+// model's, before the mask).
 func (e *Engine) sampleStep(f *mlx.Frame, b *kvpool.Batch, batch []work) []pick {
 	logits := e.net.Forward(f, b)
 	var hostRows []int32
@@ -745,10 +796,25 @@ func (e *Engine) sampleStep(f *mlx.Frame, b *kvpool.Batch, batch []work) []pick 
 		}
 		row := rows[h*vocab : (h+1)*vocab]
 		h++
+		raw := row
+		if l.con != nil {
+			mask, err := l.waitMask()
+			if err != nil {
+				picks[i] = pick{err: fmt.Errorf("%w: %w", ErrConstraint, err)}
+				continue
+			}
+			if l.gen.TopLogprobs >= 0 {
+				row = slices.Clone(row)
+			}
+			if !applyMask(row, mask) {
+				picks[i] = pick{err: fmt.Errorf("%w: the grammar allows no token", ErrConstraint)}
+				continue
+			}
+		}
 		tok := l.sampler.Next(row)
 		picks[i] = pick{tok: tok}
 		if l.gen.TopLogprobs >= 0 {
-			chosen, top := sample.Logprobs(row, tok, l.gen.TopLogprobs)
+			chosen, top := sample.Logprobs(raw, tok, l.gen.TopLogprobs)
 			picks[i].logprobs = []Logprob{{Token: tok, Logprob: chosen.Logprob, Top: top}}
 		}
 	}
@@ -756,7 +822,57 @@ func (e *Engine) sampleStep(f *mlx.Frame, b *kvpool.Batch, batch []work) []pick 
 }
 
 // deviceGreedy reports whether the row's token is the device's argmax.
-func (l *live) deviceGreedy() bool { return l.sampler.Greedy() && l.gen.TopLogprobs < 0 }
+func (l *live) deviceGreedy() bool {
+	return l.sampler.Greedy() && l.gen.TopLogprobs < 0 && l.con == nil
+}
+
+// startMask computes the row's next mask on another goroutine.
+func (l *live) startMask() {
+	ready := make(chan struct{})
+	l.maskReady = ready
+	go func() {
+		l.mask, l.maskErr = l.con.Mask()
+		close(ready)
+	}()
+}
+
+// waitMask waits for the row's next mask (computing it now if none is
+// under way).
+func (l *live) waitMask() ([]uint32, error) {
+	if l.maskReady == nil {
+		l.startMask()
+	}
+	<-l.maskReady
+	return l.mask, l.maskErr
+}
+
+// applyMask sets the logits of the tokens mask does not allow to -Inf and
+// reports whether any token is left.
+func applyMask(row []float32, mask []uint32) bool {
+	inf := float32(math.Inf(-1))
+	left := false
+	for w := 0; w*32 < len(row); w++ {
+		var word uint32
+		if w < len(mask) {
+			word = mask[w]
+		}
+		end := min(w*32+32, len(row))
+		if word == 0 {
+			for i := w * 32; i < end; i++ {
+				row[i] = inf
+			}
+			continue
+		}
+		for i := w * 32; i < end; i++ {
+			if word>>(i-w*32)&1 == 0 {
+				row[i] = inf
+			} else if !math.IsInf(float64(row[i]), -1) {
+				left = true
+			}
+		}
+	}
+	return left
+}
 
 // freeSeq returns the row's blocks to the pool (the prefix cache keeps
 // its own references on the full ones it registered).
