@@ -10,9 +10,10 @@ GO_TEST_FLAGS ?= -timeout 60m
 
 .PHONY: setup build install test serve chat lint clean bench-cpu mlx-lm
 
-setup: $(DEPS)/mlx/.ok $(DEPS)/smollm2/.ok $(DEPS)/npm/.ok $(DEPS)/py-openai/.ok
+setup: $(DEPS)/mlx/.ok $(DEPS)/llguidance/.ok $(DEPS)/smollm2/.ok $(DEPS)/npm/.ok $(DEPS)/py-openai/.ok
 	bash scripts/setup_gemma3.sh > /dev/null
 	bash scripts/setup_ffmpeg.sh > /dev/null
+	bash scripts/setup_chromium.sh > /dev/null
 	bash scripts/setup_prometheus.sh
 	go mod download
 
@@ -46,7 +47,14 @@ $(DEPS)/npm/.ok:
 	bash scripts/setup_npm_tokenizers.sh $(DEPS)/npm
 	touch $@
 
-build: $(DEPS)/mlx/.ok
+# llguidance's C API as a static library for package grammar, built by
+# cargo from the crates grammar/rust/Cargo.lock pins (about two minutes on
+# two cores; linked into the binary, nothing to install).
+$(DEPS)/llguidance/.ok: grammar/rust/Cargo.toml grammar/rust/Cargo.lock scripts/setup_llguidance.sh
+	bash scripts/setup_llguidance.sh $(DEPS)/llguidance
+	touch $@
+
+build: $(DEPS)/mlx/.ok $(DEPS)/llguidance/.ok
 	go build -o bin/provider ./cmd/provider
 
 # A relocatable install: the binary finds the MLX library through a runpath

@@ -1,0 +1,3 @@
+//! Links llguidance into a static library: its `llg_*` C functions are
+//! the whole interface (see llguidance.h).
+pub use llguidance;
