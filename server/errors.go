@@ -63,6 +63,7 @@ var invalidMessages = map[stages.Code]string{
 	stages.CodeEmptyPrompt:      "The prompt is empty.",
 	stages.CodeNoChatTemplate:   "The model has no chat template; use /v1/completions.",
 	stages.CodeTemplateRejected: "The model's chat template rejected the conversation.",
+	stages.CodeInvalidSchema:    "The response_format's JSON schema cannot be enforced: it uses a keyword or format the server does not support, or no value satisfies it.",
 }
 
 // refusalMessages are the fixed messages of the slots' refusal reasons.

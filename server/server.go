@@ -14,6 +14,7 @@ import (
 	"github.com/benbjohnson/clock"
 
 	"github.com/goprovider/provider/cache"
+	"github.com/goprovider/provider/grammar"
 	"github.com/goprovider/provider/graph"
 	"github.com/goprovider/provider/harmony"
 	"github.com/goprovider/provider/jinja"
@@ -181,6 +182,14 @@ func (s *Server) Register(m Model) error {
 		}
 		tmpl = t
 	}
+	// Structured outputs: a vocabulary the grammar engine refuses leaves
+	// the model without them (JSON response formats are then 400s).
+	var grammars stages.Grammars
+	if c, err := grammar.NewCompiler(m.Tokenizer, m.EOS); err == nil {
+		grammars = c
+	} else {
+		s.log.Warn("structured outputs off: the grammar engine refused the vocabulary", "model", m.Name)
+	}
 	err := s.graph.Register(graph.Model{
 		Model: stages.Model{
 			Name:            m.Name,
@@ -193,6 +202,7 @@ func (s *Server) Register(m Model) error {
 			Tools:           stages.DetectTools(m.Architecture, m.ChatTemplate, tmpl),
 			NewToolParser:   toolParser,
 			Vision:          m.Vision,
+			Grammars:        grammars,
 		},
 		Generator: m.Generator,
 	})

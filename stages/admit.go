@@ -113,7 +113,12 @@ func admitOne(req *Request, tokens []int32) (*engine.Generation, error) {
 	if p.Logprobs {
 		top = p.TopLogprobs
 	}
+	grammar, err := formatGrammar(req)
+	if err != nil {
+		return nil, err
+	}
 	return &engine.Generation{
+		Grammar:     grammar,
 		Prompt:      tokens,
 		MaxTokens:   maxTokens,
 		Sampling:    p.Sampling,

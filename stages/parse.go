@@ -39,12 +39,12 @@ const (
 // and counts the names); an unknown field inside a known object is refused
 // (unknown_parameter, param naming the object). A known field is accepted
 // only at values we honour, else it is a 400 whose param names it:
-// functions empty, best_of absent, 1 or n, response_format "text", echo
-// false, suffix empty, store false. Fields
-// that change nothing we return (user, metadata, service_tier) are
-// accepted and ignored. tools, tool_choice and parallel_tool_calls are
-// read by parseTools. Sampling defaults are greedy: temperature 0, top_p 1,
-// top_k 0 (-1 is accepted as "no limit", as vLLM clients send it).
+// functions empty, best_of absent, 1 or n, echo false, suffix empty, store
+// false. Fields that change nothing we return (user, metadata,
+// service_tier) are accepted and ignored. tools, tool_choice and
+// parallel_tool_calls are read by parseTools. Sampling defaults are
+// greedy: temperature 0, top_p 1, top_k 0 (-1 is accepted as "no limit",
+// as vLLM clients send it).
 //
 // Sampling knobs (package sample applies them): logit_bias (token ids of
 // the model's vocabulary, values in [-100, 100], at most MaxLogitBias),
@@ -53,6 +53,11 @@ const (
 // be a string, a list of strings, a list of token ids or a list of lists of
 // token ids, each prompt of a list getting its own n choices (at most
 // MaxPrompts prompts).
+//
+// response_format (chat only) is text, json_object or json_schema (see
+// parseResponseFormat); Admit compiles a JSON format through the model's
+// Grammars, and a schema that cannot be compiled is a 400
+// invalid_json_schema.
 //
 // reasoning_effort (chat only) must be low, medium or high; it is passed
 // to every chat template, which honours it when it reads it (gpt-oss's
@@ -409,6 +414,9 @@ func parseChat(f fields, p *Params) error {
 			return invalid(CodeInvalidValue, "reasoning_effort")
 		}
 	}
+	if p.ResponseFormat, err = parseResponseFormat(f["response_format"]); err != nil {
+		return err
+	}
 	if err := refuseChatFeatures(f); err != nil {
 		return err
 	}
@@ -439,19 +447,6 @@ func parseChat(f fields, p *Params) error {
 // refuseChatFeatures checks the chat fields accepted only at values that
 // change nothing.
 func refuseChatFeatures(f fields) error {
-	if raw, ok := f["response_format"]; ok && !isNull(raw) {
-		rf, err := object(raw, "response_format")
-		if err != nil {
-			return err
-		}
-		var typ string
-		if _, err := get(rf, "type", &typ); err != nil {
-			return &Invalid{Code: CodeInvalidType, Param: "response_format", Err: err}
-		}
-		if typ != "text" {
-			return invalid(CodeUnsupported, "response_format")
-		}
-	}
 	// The legacy functions API is refused; tools replace it.
 	var list []json.RawMessage
 	if ok, err := get(f, "functions", &list); err != nil {

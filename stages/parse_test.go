@@ -62,7 +62,7 @@ func TestParseRejects(t *testing.T) {
 		{"top_logprobs without logprobs", Chat, `{"model":"stories","messages":[{"role":"user","content":"hi"}],"top_logprobs":2}`, CodeInvalidValue, "top_logprobs", false},
 		{"top_logprobs 21", Chat, `{"model":"stories","messages":[{"role":"user","content":"hi"}],"logprobs":true,"top_logprobs":21}`, CodeInvalidValue, "top_logprobs", false},
 		{"tool_choice required without tools", Chat, `{"model":"stories","messages":[{"role":"user","content":"hi"}],"tool_choice":"required"}`, CodeInvalidValue, "tool_choice", false},
-		{"json mode", Chat, `{"model":"stories","messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_object"}}`, CodeUnsupported, "response_format", false},
+		{"response_format of an unknown type", Chat, `{"model":"stories","messages":[{"role":"user","content":"hi"}],"response_format":{"type":"xml"}}`, CodeInvalidValue, "response_format", false},
 		{"presence_penalty above 2", Chat, `{"model":"stories","messages":[{"role":"user","content":"hi"}],"presence_penalty":2.5}`, CodeInvalidValue, "presence_penalty", false},
 		{"frequency_penalty below -2", Chat, `{"model":"stories","messages":[{"role":"user","content":"hi"}],"frequency_penalty":-3}`, CodeInvalidValue, "frequency_penalty", false},
 		{"frequency_penalty as string", Chat, `{"model":"stories","messages":[{"role":"user","content":"hi"}],"frequency_penalty":"1"}`, CodeInvalidType, "frequency_penalty", false},

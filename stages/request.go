@@ -45,6 +45,10 @@ type Model struct {
 	// the media of its requests, Template expands their placeholders and
 	// VisionTower encodes them. Nil refuses media (400 unsupported_media).
 	Vision Vision
+	// Grammars compiles the grammars of response formats (package
+	// grammar); nil refuses JSON response formats (400
+	// unsupported_parameter).
+	Grammars Grammars
 }
 
 // Vision is a model's vision side as the pipeline sees it: where images go
@@ -190,6 +194,9 @@ type Params struct {
 	// ReasoningEffort is the chat request's reasoning_effort ("low",
 	// "medium", "high"; "" when absent), passed to the chat template.
 	ReasoningEffort string
+	// ResponseFormat is the chat request's response_format when it asks
+	// for JSON (json_object or json_schema); nil for text.
+	ResponseFormat *ResponseFormat
 	// Tools are the functions a chat request offers (tools), ToolChoice
 	// its tool_choice, and SerialToolCalls is parallel_tool_calls: false
 	// (at most one call per answer).

@@ -1,0 +1,81 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/goprovider/provider/engine"
+)
+
+// chatJSON posts a chat request with response_format rf to the real
+// model and returns the status, the body, the content and finish_reason.
+func chatJSON(t *testing.T, h *harness, rf string, maxTokens int, temp float64) (int, []byte, string, string) {
+	t.Helper()
+	body := fmt.Sprintf(`{"model":"stories","messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":%d,"temperature":%v,"seed":3,"response_format":%s}`, maxTokens, temp, rf)
+	status, b := h.post(t, "/v1/chat/completions", body)
+	var resp struct {
+		Choices []struct {
+			Message struct {
+				Content string `json:"content"`
+			} `json:"message"`
+			FinishReason string `json:"finish_reason"`
+		} `json:"choices"`
+	}
+	if status == 200 {
+		if err := json.Unmarshal(b, &resp); err != nil || len(resp.Choices) != 1 {
+			t.Fatalf("body %s: %v", b, err)
+		}
+		return status, b, resp.Choices[0].Message.Content, resp.Choices[0].FinishReason
+	}
+	return status, b, "", ""
+}
+
+// TestResponseFormatOnRealModel: through the server, a JSON schema
+// constrains the real model's answer (it parses and fits), json_object
+// makes it open an object,
+// a generation cut by max_tokens before its grammar completes reports
+// "length", and a schema the grammar engine cannot compile is a 400
+// invalid_json_schema naming response_format.
+func TestResponseFormatOnRealModel(t *testing.T) {
+	h, _ := realServer(t, engine.Options{})
+	schema := `{"type":"json_schema","json_schema":{"name":"pet","strict":true,"schema":{"type":"object",
+		"properties":{"name":{"type":"string","maxLength":12},"legs":{"type":"integer","minimum":0,"maximum":8},"kind":{"enum":["cat","dog"]}},
+		"required":["name","legs","kind"],"additionalProperties":false}}}`
+
+	status, b, content, finish := chatJSON(t, h, schema, 256, 1)
+	var pet struct {
+		Name string `json:"name"`
+		Legs int    `json:"legs"`
+		Kind string `json:"kind"`
+	}
+	if status != 200 || finish != "stop" || json.Unmarshal([]byte(content), &pet) != nil ||
+		len([]rune(pet.Name)) > 12 || pet.Legs < 0 || pet.Legs > 8 || (pet.Kind != "cat" && pet.Kind != "dog") {
+		t.Fatalf("json_schema: status %d finish %q content %q (%s)", status, finish, content, b)
+	}
+
+	// stories260K writes object keys as long as it is let: json_object
+	// is checked for its opening only.
+	status, b, content, finish = chatJSON(t, h, `{"type":"json_object"}`, 8, 0)
+	if status != 200 || finish != "length" || content == "" || content[0] != '{' {
+		t.Fatalf("json_object: status %d finish %q content %q (%s)", status, finish, content, b)
+	}
+
+	status, b, content, finish = chatJSON(t, h, schema, 3, 1)
+	if status != 200 || finish != "length" || json.Valid([]byte(content)) {
+		t.Fatalf("cut by max_tokens: status %d finish %q content %q (%s)", status, finish, content, b)
+	}
+
+	for _, bad := range []string{
+		`{"type":"string","format":"no-such-format"}`,
+		`{"type":"object","propertyNames":{"maxLength":3}}`,
+		`{"type":"integer","minimum":3,"maximum":1}`,
+	} {
+		status, b, _, _ = chatJSON(t, h, `{"type":"json_schema","json_schema":{"name":"bad","schema":`+bad+`}}`, 16, 0)
+		e := decodeError(t, b)
+		if status != 400 || e.Error.Code != "invalid_json_schema" || e.Error.Param == nil || *e.Error.Param != "response_format" ||
+			e.Error.Message != invalidMessages["invalid_json_schema"] {
+			t.Errorf("%s: status %d body %s", bad, status, b)
+		}
+	}
+}
