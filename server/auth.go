@@ -40,16 +40,17 @@ const (
 )
 
 // RequireToken lets through to next the requests that carry
-// "Authorization: Bearer <token>", and GET or HEAD /health without it
-// (probes). Any other request gets 401 invalid_api_key with
+// "Authorization: Bearer <token>", and GET or HEAD /health (probes), / and
+// /dashboard/... (the dashboard's page and assets, which hold no data)
+// without it. Any other request gets 401 invalid_api_key with
 // WWW-Authenticate: Bearer. The comparison takes the same time whatever
 // was presented; the presented value is never written back or logged, and
 // next does not see the Authorization header. An empty token refuses every
-// request but /health.
+// request but those.
 func RequireToken(token string, next http.Handler) http.Handler {
 	want := sha256.Sum256([]byte(token))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/health" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+		if (r.URL.Path == "/health" || dashboardPublic(r.URL.Path)) && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
 			next.ServeHTTP(w, r)
 			return
 		}

@@ -7,6 +7,8 @@
 //	GET  /v1/models/{model}     one of them
 //	GET  /health                200 when serving; 503 while loading or when an engine died
 //	GET  /metrics               Prometheus text format
+//	GET  /v1/status             live figures per model, recent refusals (the dashboard's)
+//	GET  /                      the dashboard page (assets under /dashboard/)
 //
 // The server owns the one place errors become HTTP: classify maps the
 // error classes of stages, graph and engine to a status, an OpenAI error

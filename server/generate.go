@@ -218,6 +218,7 @@ func (x *exchange) fail(err error) {
 func (x *exchange) log(status int, o outcome) {
 	s := x.s
 	s.metrics.finish(x.endpoint.String(), status, o.class, x.t)
+	s.metrics.record(s.clk.Now(), x.endpoint.String(), status, o, x.t)
 	attrs := []slog.Attr{
 		slog.String("endpoint", x.endpoint.String()),
 		slog.Int("status", status),

@@ -60,6 +60,7 @@ type metrics struct {
 	requests map[[2]string]uint64 // (endpoint, status)
 	errors   map[string]uint64    // class
 	ignored  map[string]uint64    // ignoredLabel of a field name
+	recent   *recent              // what the status endpoint shows; nil until the first record
 }
 
 func newMetrics() *metrics {

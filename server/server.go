@@ -142,6 +142,7 @@ func New(o Options) *Server {
 	for _, p := range []string{"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"} {
 		s.mux.HandleFunc(p, s.refuse(errMethod))
 	}
+	s.routeDashboard()
 	s.mux.HandleFunc("/", s.refuse(errNotFound))
 	return s
 }
