@@ -201,11 +201,11 @@ func (g *Grammar) NewConstraint() engine.Constraint {
 }
 
 // ResponseFormat is Compile for the request pipeline (stages.Grammars):
-// kind is "json_object" or "json_schema". Every error is the format's
-// fault.
+// kind is "json_object", "json_schema" or "lark" (a forced tool call).
+// Every error is the format's fault.
 func (c *Compiler) ResponseFormat(kind string, schema []byte) (engine.Grammar, error) {
 	switch Kind(kind) {
-	case JSONObject, JSONSchema:
+	case JSONObject, JSONSchema, Lark:
 	default:
 		return nil, fmt.Errorf("%w: %q", ErrKind, kind)
 	}

@@ -232,15 +232,50 @@ func TestToolsMalformedAndNone(t *testing.T) {
 	}
 }
 
-// Until constrained decoding enforces them, a required or named
-// tool_choice is refused rather than left to the model's whim.
-func TestToolChoiceForcedRefused(t *testing.T) {
-	h, _, _ := smolHarness(t, callThenAnswer)
+// A required or named tool_choice is enforced by constrained decoding:
+// the real SmolLM2, which does not call tools on its own (see
+// TestRealSmolLM2Tools), answers with exactly one well-formed call of the
+// tool, streamed and not (parallel_tool_calls false: with parallel calls
+// allowed the small model repeats its call until max_tokens); asked for a
+// tool and a JSON response format at once, the request is a 400.
+func TestRealSmolLM2ForcedToolChoice(t *testing.T) {
+	e, m := enginetest.Start(t, enginetest.SmolLM2(), engine.Options{})
+	h := newHarness(t, Options{Architectures: family.Supported()}, nil)
+	err := h.Register(Model{Name: "smol", Architecture: m.Config.Arch, Tokenizer: m.Tokenizer, ChatTemplate: m.ChatTemplate,
+		EOS: m.Config.EOS, ContextLength: m.Config.ContextLength, Generator: e})
+	if err != nil {
+		t.Fatal(err)
+	}
+	user := `{"role":"user","content":"What is the weather in Paris?"}`
 	for _, choice := range []string{`"required"`, `{"type":"function","function":{"name":"get_weather"}}`} {
-		status, body := h.post(t, "/v1/chat/completions", `{"model":"smol","messages":[{"role":"user","content":"Weather?"}],"tools":`+weatherTools+`,"tool_choice":`+choice+`}`)
-		if e := decodeError(t, body); status != 400 || e.Error.Code != "unsupported_parameter" || e.Error.Param == nil || *e.Error.Param != "tool_choice" {
-			t.Fatalf("%s: %d %s", choice, status, body)
+		for _, stream := range []bool{false, true} {
+			body := fmt.Sprintf(`{"model":"smol","max_tokens":96,"stream":%v,"messages":[%s],"tools":%s,"tool_choice":%s,"parallel_tool_calls":false}`, stream, user, weatherTools, choice)
+			status, raw := h.post(t, "/v1/chat/completions", body)
+			var calls []toolCallJSON
+			var finish string
+			if stream {
+				calls, _, finish = streamedCalls(t, raw)
+			} else {
+				var r chatResponse
+				if err := json.Unmarshal(raw, &r); err != nil || len(r.Choices) != 1 {
+					t.Fatalf("%d %s", status, raw)
+				}
+				calls, finish = r.Choices[0].Message.ToolCalls, r.Choices[0].FinishReason
+			}
+			if status != 200 || finish != "tool_calls" || len(calls) != 1 || calls[0].Function.Name != "get_weather" {
+				t.Fatalf("%s stream=%v: %d %s", choice, stream, status, raw)
+			}
+			var args struct {
+				City *string `json:"city"`
+			}
+			if err := json.Unmarshal([]byte(*calls[0].Function.Arguments), &args); err != nil || args.City == nil {
+				t.Fatalf("%s stream=%v: arguments %q do not fit the schema: %v", choice, stream, *calls[0].Function.Arguments, err)
+			}
 		}
+	}
+	status, raw := h.post(t, "/v1/chat/completions", `{"model":"smol","messages":[`+user+`],"tools":`+weatherTools+`,"tool_choice":"required","response_format":{"type":"json_object"}}`)
+	if e := decodeError(t, raw); status != 400 || e.Error.Param == nil || *e.Error.Param != "response_format" {
+		t.Fatalf("tool_choice and response_format: %d %s", status, raw)
 	}
 }
 

@@ -81,8 +81,9 @@
 // as Output.Calls and Delta.ToolCalls, are framed as OpenAI tool-call
 // deltas with ids minted from the response id, and an answer that made
 // calls finishes with "tool_calls". tool_choice "none" offers nothing; a
-// required or named choice needs constrained decoding
-// (ToolChoiceGrammar) and is refused until generation carries it.
+// required or named choice is enforced by constrained decoding: the
+// generation carries the grammar of the model's call syntax around the
+// tools' argument schemas (ToolChoiceGrammar).
 //
 // # Replay
 //

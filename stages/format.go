@@ -33,8 +33,9 @@ type ResponseFormat struct {
 // vocabulary (package grammar's Compiler), caching them.
 type Grammars interface {
 	// ResponseFormat returns the grammar of a format of kind
-	// "json_object" or "json_schema" (with its schema). An error means
-	// the format cannot be compiled: the request's fault.
+	// "json_object" or "json_schema" (with its schema), or of a Lark
+	// grammar (kind "lark": a forced tool call, ToolChoiceGrammar). An
+	// error means the format cannot be compiled: the request's fault.
 	ResponseFormat(kind string, schema []byte) (engine.Grammar, error)
 }
 
@@ -127,8 +128,31 @@ func validFormatName(s string) bool {
 // through its model's Grammars. A model without Grammars, or whose output
 // has a structure of its own (an OutputParser: gpt-oss's channels), has
 // no structured outputs: 400 unsupported_parameter.
+//
+// A required or named tool_choice is enforced the same way, by the
+// grammar of the model's call syntax around the tools' argument schemas
+// (ToolChoiceGrammar), from the first generated token; gpt-oss's grammar
+// spells its channel tokens, so its output parser is no obstacle. Both a
+// forced tool choice and a JSON response format is a 400.
 func formatGrammar(req *Request) (engine.Grammar, error) {
 	f, m := req.Params.ResponseFormat, req.Model
+	tools, err := ToolChoiceGrammar(req.Params, m.Tools)
+	if err != nil {
+		return nil, err
+	}
+	if tools != nil {
+		if f != nil {
+			return nil, invalid(CodeUnsupported, "response_format")
+		}
+		if m.Grammars == nil {
+			return nil, invalid(CodeUnsupported, "tool_choice")
+		}
+		g, err := m.Grammars.ResponseFormat("lark", tools)
+		if err != nil {
+			return nil, &Invalid{Code: CodeInvalidSchema, Param: "tools", Err: err}
+		}
+		return g, nil
+	}
 	if f == nil {
 		return nil, nil
 	}

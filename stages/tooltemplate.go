@@ -277,8 +277,8 @@ func hasToolTurns(msgs []Message) bool {
 
 // toolVars sets the tool variables of a chat request's rendering. A model
 // whose tool dialect is unknown (no syntax) refuses tools and calls sent
-// back; a required or named tool_choice is refused until it can be
-// enforced (see ToolChoiceGrammar).
+// back; a required or named tool_choice is checked here and enforced by
+// its grammar (ToolChoiceGrammar, compiled with the response format).
 func toolVars(v *ChatVars, p *Params, m *Model) error {
 	v.Dialect = m.Tools
 	if m.Tools.Syntax == toolcall.NoSyntax {
@@ -296,11 +296,6 @@ func toolVars(v *ChatVars, p *Params, m *Model) error {
 	if _, err := ToolChoiceGrammar(p, m.Tools); err != nil {
 		return err
 	}
-	if p.ToolChoice.Mode == toolcall.Required || p.ToolChoice.Mode == toolcall.Named {
-		// The grammar is ready, but no generation is constrained by it yet:
-		// an unenforced choice would let the model answer in text.
-		return invalid(CodeUnsupported, "tool_choice")
-	}
 	return nil
 }
 
@@ -310,8 +305,8 @@ func toolVars(v *ChatVars, p *Params, m *Model) error {
 // llguidance's Lark dialect (package grammar's Lark kind). It is nil for
 // auto and none. A dialect whose calls no JSON schema describes (Gemma
 // 4's notation) cannot be forced: 400 unsupported_parameter. Generation
-// must be constrained by it from the first token, and toolVars refuses a
-// forced choice until engine.Generation.Grammar carries it.
+// is constrained by it from the first token (formatGrammar compiles it
+// into engine.Generation.Grammar).
 func ToolChoiceGrammar(p *Params, d ToolDialect) ([]byte, error) {
 	f, err := toolcall.Constrain(d.Syntax, p.Tools, p.ToolChoice, !p.SerialToolCalls)
 	if err != nil {
