@@ -27,7 +27,29 @@
 //     a Generator.
 //   - With Parallelism 1 (the default) requests leave every stage in the
 //     order they entered the intake, and the Harness replays a recorded
-//     Trace to the same bytes every time.
+//     Trace to the same bytes every time. With more (serve runs one worker
+//     per core) each request still passes the stages in order and its
+//     records replay to the same bytes; only the order between requests
+//     may change, so a long tokenization holds up no other request.
+//
+// # Bounds
+//
+// What waiting clients can hold is bounded by construction (serve's
+// defaults):
+//
+//   - Connections: at most 1,024 open (--max-connections); more wait in
+//     the kernel's accept queue. Headers must arrive within 10 s and be
+//     at most 64 KiB, a request (headers and body) within 60 s; an idle
+//     keep-alive connection closes after 120 s; a stream whose client
+//     reads nothing for 30 s loses its stream and its engine row.
+//   - Bodies: a generation request takes its place in the server's intake
+//     (Intake places, default 64) before its body is read, or gets 429
+//     after IntakeWait (2 s); it gives the place back once the pipeline has
+//     admitted or refused it. A body is at most 32 MiB (413 above), so
+//     bodies held at once are at most 64 x 32 MiB = 2 GiB.
+//   - Requests in the pipeline: the graph's own intake (Intake) and one
+//     envelope per stage worker; admitted generations are bounded by each
+//     engine's running rows and its waiting queue (429 beyond it).
 //
 // # Imports
 //

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/goprovider/provider/engine"
 	"github.com/goprovider/provider/stages"
 )
 
@@ -39,6 +40,18 @@ type exchange struct {
 
 func (x *exchange) serve() {
 	s := x.s
+	if s.draining.Load() {
+		x.fail(engine.ErrDraining)
+		return
+	}
+	// A place in the intake before the body is read: waiting requests
+	// hold at most Intake bodies (graph/doc.go).
+	release, err := s.takeIntake(x.r.Context())
+	if err != nil {
+		x.fail(err)
+		return
+	}
+	defer release()
 	body, err := io.ReadAll(http.MaxBytesReader(x.w, x.r.Body, s.maxBody))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
@@ -72,6 +85,9 @@ func (x *exchange) serve() {
 		}
 	}
 	st, err := s.graph.Submit(ctx, stages.Input{Endpoint: x.endpoint, Body: body, CallerID: x.r.Header.Get("X-Request-ID")})
+	// Admitted or refused, the request has left the intake.
+	body = nil
+	release()
 	if err != nil {
 		x.fail(err)
 		return
@@ -87,6 +103,10 @@ func (x *exchange) serve() {
 		x.collect(st.Deltas)
 	}
 }
+
+// FinishAbort is the finish_reason of a stream the server cut before its
+// generation finished (shutdown at the drain deadline).
+const FinishAbort = "abort"
 
 // stream writes an SSE response. Headers wait for the first Delta, so an
 // error before any output still gets its status.
@@ -113,7 +133,14 @@ func (x *exchange) stream(deltas <-chan stages.Delta, cancel context.CancelFunc)
 			started = true
 		}
 		frames := f.Frames(d)
-		if d.Err != nil {
+		switch {
+		case d.Err != nil && (errors.Is(d.Err, engine.ErrShutdown) || errors.Is(d.Err, engine.ErrDraining)):
+			// Cut at the drain deadline: a proper end, finish_reason
+			// "abort" (the generation did not finish; retry elsewhere).
+			frames = f.Cut(d, FinishAbort)
+		case d.Err != nil:
+			// A failure: the error, and no [DONE] a client could take for
+			// a finished answer.
 			frames = append(frames, stages.SSE(classify(d.Err).body()))
 		}
 		if err := x.write(rc, frames); err != nil {
@@ -128,7 +155,14 @@ func (x *exchange) stream(deltas <-chan stages.Delta, cancel context.CancelFunc)
 	x.end(final, started)
 }
 
+// writeProgress bounds how long one write of a stream may block: a client
+// that stops reading loses its stream (and its row) after it.
+const writeProgress = 30 * time.Second
+
 func (x *exchange) write(rc *http.ResponseController, frames [][]byte) error {
+	// Not every ResponseWriter has deadlines (test recorders); the
+	// server's connections do.
+	_ = rc.SetWriteDeadline(time.Now().Add(writeProgress))
 	for _, b := range frames {
 		if _, err := x.w.Write(b); err != nil {
 			return err

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/benbjohnson/clock"
@@ -102,6 +103,13 @@ type Server struct {
 
 	started time.Time // when a model not yet loaded says it was created
 
+	// intake holds a place for each generation request from before its
+	// body is read until the pipeline has admitted or refused it.
+	intake     chan struct{}
+	intakeWait time.Duration
+	// draining refuses new generation requests (503) while streams finish.
+	draining atomic.Bool
+
 	mu      sync.Mutex
 	loading bool
 	created map[string]time.Time
@@ -130,6 +138,14 @@ func New(o Options) *Server {
 		created: map[string]time.Time{},
 		started: o.Graph.Clock.Now(),
 	}
+	places, wait := o.Graph.Intake, o.Graph.IntakeWait
+	if places <= 0 {
+		places = graph.DefaultIntake
+	}
+	if wait == 0 {
+		wait = graph.DefaultIntakeWait
+	}
+	s.intake, s.intakeWait = make(chan struct{}, places), wait
 	s.mux.HandleFunc("POST /v1/chat/completions", s.generate(stages.Chat))
 	s.mux.HandleFunc("POST /v1/completions", s.generate(stages.Completion))
 	s.mux.HandleFunc("GET /v1/models", s.listModels)
@@ -225,6 +241,33 @@ func (s *Server) Unregister(name string) bool {
 	return s.graph.Unregister(name)
 }
 
+// takeIntake takes a place in the intake, waiting at most the intake wait
+// (graph.ErrBusy: 429); release gives it back (once).
+func (s *Server) takeIntake(ctx context.Context) (release func(), err error) {
+	select {
+	case s.intake <- struct{}{}:
+	default:
+		if s.intakeWait < 0 {
+			return nil, graph.ErrBusy
+		}
+		t := s.clk.Timer(s.intakeWait)
+		defer t.Stop()
+		select {
+		case s.intake <- struct{}{}:
+		case <-t.C:
+			return nil, graph.ErrBusy
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	var once sync.Once
+	return func() { once.Do(func() { <-s.intake }) }, nil
+}
+
+// SetDraining marks the server as draining (or not): generation requests
+// get 503 draining while running streams finish, and /health reports 503.
+func (s *Server) SetDraining(on bool) { s.draining.Store(on) }
+
 // SetLoading marks the server as loading (or done loading): /health
 // reports 503 meanwhile.
 func (s *Server) SetLoading(loading bool) {
@@ -305,6 +348,8 @@ func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
 	models := s.graph.Models()
 	status := "ok"
 	switch {
+	case s.draining.Load():
+		status = "draining"
 	case loading || (len(models) == 0 && s.slots == nil):
 		status = "loading"
 	default:

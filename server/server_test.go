@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -436,5 +437,36 @@ func TestLogsCarryOnlyTelemetry(t *testing.T) {
 				t.Fatalf("field %q passed the allowlist: %s", k, line)
 			}
 		}
+	}
+}
+
+// A request holds its place in the intake from before its body is read: a
+// client trickling its body keeps the one place, and the next request is
+// refused with 429 without its body being waited for; once the trickler
+// goes, requests are served again.
+func TestIntakeBeforeBody(t *testing.T) {
+	h := newHarness(t, Options{Graph: graph.Options{Intake: 1, IntakeWait: 5 * time.Millisecond}}, storyEngine())
+	conn, err := net.Dial("tcp", strings.TrimPrefix(h.http.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"model\":")
+	status := 0
+	for status != 429 {
+		resp, err := http.Post(h.http.URL+"/v1/chat/completions", "application/json", strings.NewReader(chatOK))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		status = resp.StatusCode // 200 until the trickler's place is taken
+	}
+	conn.Close()
+	for status != 200 {
+		resp, err := http.Post(h.http.URL+"/v1/chat/completions", "application/json", strings.NewReader(chatOK))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		status = resp.StatusCode
 	}
 }

@@ -31,6 +31,9 @@ type Instance interface {
 	// Snapshot is the instance's capacity (Model, State and KVGrant are
 	// filled in by the manager).
 	Snapshot() Snapshot
+	// Failed is why the engine stopped serving on its own (a step that
+	// panicked or failed fatally); nil while it serves.
+	Failed() error
 	// Close stops the engine and releases the instance's memory before it
 	// returns.
 	Close()
@@ -70,6 +73,10 @@ type Options struct {
 	// Clock is injected for tests; nil is the wall clock.
 	Clock  clock.Clock
 	Logger *slog.Logger
+	// Crashed, when set, is called (under the gate) after a slot whose
+	// engine died and could not be rebuilt was unloaded, with the number
+	// of slots left.
+	Crashed func(name string, left int)
 }
 
 // slot is one loaded model.
@@ -356,12 +363,27 @@ func (m *Manager) Tick() {
 			changed = true
 			continue
 		}
+		if err := s.inst.Failed(); err != nil {
+			// A dead engine is rebuilt like a wedged one; dead again
+			// within the cooldown, the slot goes.
+			m.log.Error("engine died", "model", s.name, "err", err)
+			if !s.wedge.reloaded.IsZero() && now.Sub(s.wedge.reloaded) < m.cooldown() {
+				m.crash(s, "died again within the cooldown")
+				changed = true
+				continue
+			}
+			if !m.rebuild(s, now) {
+				changed = true
+			}
+			continue
+		}
 		switch s.wedge.Observe(now, s.inst.Progress()) {
 		case Wedged:
-			m.rebuild(s, now)
+			if !m.rebuild(s, now) {
+				changed = true
+			}
 		case WedgedAgain:
-			m.log.Error("engine wedged again within the cooldown; unloading", "model", s.name)
-			m.unloadLocked(s, "wedged")
+			m.crash(s, "wedged again within the cooldown")
 			changed = true
 		}
 	}
@@ -370,27 +392,53 @@ func (m *Manager) Tick() {
 	}
 }
 
-// rebuild swaps a wedged slot's engine for a new one over its weights.
-func (m *Manager) rebuild(s *slot, now time.Time) {
+// cooldown is the window after a rebuild in which a second failure
+// unloads the slot.
+func (m *Manager) cooldown() time.Duration {
+	after, cool := m.opt.Wedge.After, m.opt.Wedge.Cooldown
+	if after <= 0 {
+		after = WedgeAfter
+	}
+	if cool <= 0 {
+		cool = WedgeCooldown
+	}
+	return after + cool
+}
+
+// crash unloads a slot whose engine cannot be kept serving. Under the
+// gate.
+func (m *Manager) crash(s *slot, why string) {
+	m.log.Error("unloading a slot that cannot serve", "model", s.name, "why", why, "reason", ErrEngineInit.Error())
+	m.mu.Lock()
+	s.state = StateCrashed
+	m.mu.Unlock()
+	m.unloadLocked(s, "crashed")
+	if m.opt.Crashed != nil {
+		m.mu.Lock()
+		left := len(m.slots)
+		m.mu.Unlock()
+		m.opt.Crashed(s.name, left)
+	}
+}
+
+// rebuild swaps a wedged or dead slot's engine for a new one over its
+// weights; a slot whose rebuild fails is unloaded (false).
+func (m *Manager) rebuild(s *slot, now time.Time) bool {
 	m.log.Error("engine wedged; rebuilding it", "model", s.name, "reason", "wedge")
 	m.mu.Lock()
 	s.state = StateReloading
 	m.mu.Unlock()
 	err := s.inst.Rebuild()
 	s.wedge.Rebuilt(now)
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	if err != nil {
-		s.state = StateCrashed
-		m.mu.Unlock()
-		m.log.Error("engine rebuild failed; unloading", "model", s.name, "reason", ErrEngineInit.Error(), "err", err)
-		m.unloadLocked(s, "crashed")
-		m.regrow()
-		m.mu.Lock()
-		return
+		m.crash(s, fmt.Sprintf("rebuild failed: %v", err))
+		return false
 	}
+	m.mu.Lock()
 	s.state = StateRunning
+	m.mu.Unlock()
 	m.log.Info("engine rebuilt", "model", s.name, "kv_grant", s.grant)
+	return true
 }
 
 // Grants returns each resident's KV grant.
@@ -428,9 +476,13 @@ func (m *Manager) Close() {
 	m.mu.Lock()
 	res := m.residents()
 	m.mu.Unlock()
+	// In parallel: each engine lets its rows finish within the same drain
+	// deadline.
+	var wg sync.WaitGroup
 	for _, s := range res {
-		m.unloadLocked(s, "shutdown")
+		wg.Go(func() { m.unloadLocked(s, "shutdown") })
 	}
+	wg.Wait()
 }
 
 // Reason is the closed refusal reason of err ("" when it has none).

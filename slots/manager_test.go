@@ -81,6 +81,7 @@ type fakeInst struct {
 	oldest   time.Time
 	rebuilds int
 	closed   bool
+	failed   error
 }
 
 func (f *fakeInst) Resize(g int64) {
@@ -101,10 +102,17 @@ func (f *fakeInst) Rebuild() error {
 	defer f.mem.mu.Unlock()
 	f.rebuilds++
 	f.steps = 0
+	f.failed = nil
 	return nil
 }
 
 func (f *fakeInst) Snapshot() Snapshot { return Snapshot{} }
+
+func (f *fakeInst) Failed() error {
+	f.mem.mu.Lock()
+	defer f.mem.mu.Unlock()
+	return f.failed
+}
 
 func (f *fakeInst) Close() {
 	f.mem.mu.Lock()
@@ -425,4 +433,36 @@ func TestConcurrentLoadsAndUnloads(t *testing.T) {
 	if mem.weights != 0 || len(mem.grants) != 0 {
 		t.Fatalf("after Close: weights %d, grants %v", mem.weights, mem.grants)
 	}
+}
+
+// TestDeadEngineRebuiltThenCrashed: an engine that dies is rebuilt with
+// its grant; dying again within the cooldown, its slot is unloaded and the
+// crash reported with the slots left.
+func TestDeadEngineRebuiltThenCrashed(t *testing.T) {
+	var crashed []string
+	m, mem, ld, clk := setup(t, Options{Crashed: func(name string, left int) { crashed = append(crashed, fmt.Sprint(name, " ", left)) }})
+	ctx := context.Background()
+	r, _ := m.Acquire(ctx, "small")
+	defer r()
+	var inst *fakeInst
+	for i := range mem.grants {
+		inst = i
+	}
+	grant := m.Grants()["small"]
+	mem.mu.Lock()
+	inst.failed = errors.New("step panicked")
+	mem.mu.Unlock()
+	m.Tick()
+	if inst.rebuilds != 1 || m.Grants()["small"] != grant || len(crashed) != 0 {
+		t.Fatalf("rebuilds %d, grants %v, crashed %v", inst.rebuilds, m.Grants(), crashed)
+	}
+	clk.Add(time.Minute)
+	mem.mu.Lock()
+	inst.failed = errors.New("step panicked again")
+	mem.mu.Unlock()
+	m.Tick()
+	if len(m.Grants()) != 0 || len(crashed) != 1 || crashed[0] != "small 0" {
+		t.Fatalf("grants %v, crashed %v", m.Grants(), crashed)
+	}
+	_ = ld
 }

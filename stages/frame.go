@@ -116,6 +116,24 @@ func (f *Framer) Frames(d Delta) [][]byte {
 	return out
 }
 
+// Cut ends a stream the server stopped before its generation finished (a
+// drain deadline): the choice's last chunk with finish_reason reason, the
+// usage when asked (the tokens d reports), then [DONE], so a client sees
+// a proper end rather than a bare close.
+func (f *Framer) Cut(d Delta, reason string) [][]byte {
+	var out [][]byte
+	if f.head.endpoint == Chat {
+		out = append(out, f.chunk(chatChunkChoice{Index: d.Index, Delta: chatDelta{}, FinishReason: &reason}, nil))
+	} else {
+		out = append(out, f.chunk(completionChoice{Index: d.Index, FinishReason: &reason}, nil))
+	}
+	if f.head.includeUsage {
+		u := usageOf(d.Usage, d.ReasoningTokens)
+		out = append(out, f.chunk(nil, &u))
+	}
+	return append(out, Done)
+}
+
 // toolCallChunks streams one complete call as OpenAI does: a first delta
 // with its id, type, name and empty arguments, then its arguments.
 func (f *Framer) toolCallChunks(choice int, tc ToolCall) [][]byte {

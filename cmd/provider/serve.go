@@ -15,11 +15,14 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/goprovider/provider/engine"
 	"github.com/goprovider/provider/family"
+	"github.com/goprovider/provider/graph"
 	"github.com/goprovider/provider/link"
 	"github.com/goprovider/provider/mlx"
 	"github.com/goprovider/provider/model"
@@ -51,6 +54,9 @@ type loadedModel struct {
 
 func (l *loadedModel) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	if at := drainDeadline.Load(); at != nil {
+		ctx, cancel = context.WithDeadline(context.Background(), *at)
+	}
 	defer cancel()
 	if l.eng != nil {
 		l.eng.Shutdown(ctx)
@@ -88,6 +94,7 @@ func runServe(args []string) error {
 	device := fs.String("device", "auto", "auto, cpu or gpu")
 	fs.Var(&prefixBytes, "prefix-cache-bytes", "RAM `size` of each model's prefix cache, carved out of its KV grant (the engine keeps at least 1 GiB); 0 is physical memory / 8")
 	ctxSize := fs.Int("ctx-size", 0, "context length in `tokens` (prompt plus output) of every model; 0 is each model's own, a larger value is clamped to it")
+	maxConns := fs.Int("max-connections", 1024, "open HTTP connections at most; more wait in the kernel's accept queue")
 	logFormat := fs.String("log-format", "auto", "text, json, or auto: text on a terminal, JSON lines otherwise")
 	modelsDir := fs.String("models-dir", "", "directory of models loaded on demand by name (GGUF files by base name, checkpoint directories by directory name)")
 	maxSlots := fs.Int("max-slots", slots.DefaultMaxSlots, "models kept loaded at once; loading another unloads the least recently used idle one")
@@ -156,8 +163,22 @@ func runServe(args []string) error {
 	for _, e := range catalog {
 		ld.entries[e.name] = e
 	}
-	mgr := slots.New(ld, slots.Options{Memory: mem.bytes, Budget: int64(kvBytes), MaxSlots: *maxSlots, IdleUnload: idle, Logger: log})
-	srv := server.New(server.Options{Architectures: family.Supported(), Logger: log, Slots: serveSlots{mgr, ld}})
+	// A slot whose engine died and could not be rebuilt is unloaded; with
+	// none left the process exits non-zero for its supervisor.
+	dead := make(chan string, 1)
+	mgr := slots.New(ld, slots.Options{Memory: mem.bytes, Budget: int64(kvBytes), MaxSlots: *maxSlots, IdleUnload: idle, Logger: log,
+		Crashed: func(name string, left int) {
+			if left == 0 {
+				select {
+				case dead <- name:
+				default:
+				}
+			}
+		}})
+	// The request stages run on one worker per core; each request still
+	// passes them in order.
+	srv := server.New(server.Options{Architectures: family.Supported(), Logger: log, Slots: serveSlots{mgr, ld},
+		Graph: graph.Options{Parallelism: runtime.NumCPU()}})
 	ld.srv = srv
 	srv.SetLoading(true)
 	defer mgr.Close()
@@ -217,7 +238,14 @@ func runServe(args []string) error {
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	httpSrv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	ln = limitListener(ln, *maxConns)
+	httpSrv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,  // slow headers
+		ReadTimeout:       60 * time.Second,  // a body trickled in
+		IdleTimeout:       120 * time.Second, // keep-alive connections doing nothing
+		MaxHeaderBytes:    64 << 10,
+	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- httpSrv.Serve(ln) }()
 	log.Info("listening", "addr", ln.Addr().String())
@@ -233,11 +261,15 @@ func runServe(args []string) error {
 	mlx.RestoreSignals()
 	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	var failed error
 	select {
 	case err := <-serveErr:
 		if !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("serve: %w", err)
 		}
+	case name := <-dead:
+		failed = fmt.Errorf("serve: engine_init_failed: the engine of %s died and could not be rebuilt; no model left serving", name)
+		log.Error("no healthy model left; exiting", "model", name)
 	case <-sig:
 		log.Info("shutting down; a second signal exits at once", "drain", drainTimeout.String())
 		go func() {
@@ -246,12 +278,20 @@ func runServe(args []string) error {
 			os.Exit(130)
 		}()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	// Drain: new requests get 503 while the port stays open, running
+	// streams finish until the deadline and are then cut with a proper
+	// final frame; then the listener closes.
+	srv.SetDraining(true)
+	deadline := time.Now().Add(drainTimeout)
+	drainDeadline.Store(&deadline)
+	stopTicks()
+	mgr.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	srv.SetLoading(true)
 	_ = httpSrv.Shutdown(ctx)
 	srv.Close()
-	return nil
+	log.Info("stopped")
+	return failed
 }
 
 // serveSlots is the server's view of the slot manager.
@@ -308,7 +348,8 @@ func tickSlots(mgr *slots.Manager, period time.Duration) func() {
 			}
 		}
 	}()
-	return func() { close(done) }
+	var once sync.Once
+	return func() { once.Do(func() { close(done) }) }
 }
 
 // deviceMemory is the memory the models share: the GPU's as MLX reports it

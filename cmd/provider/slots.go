@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/benbjohnson/clock"
@@ -257,6 +258,7 @@ func (sl *serveLoader) Load(_ context.Context, name string, grant int64) (slots.
 		return nil, err
 	}
 	l.name = name
+	l.net = withFaults(l.net)
 	opt := engine.Options{Sched: engine.Config{MaxConcurrent: sl.conc}, KVCapacity: grant, Clock: sl.clock, BeforeStep: sl.beforeStep}
 	if opt.Prefix, err = sl.prefix(l, e, grant); err != nil {
 		l.close()
@@ -427,6 +429,15 @@ func (si *slotInstance) Rebuild() error {
 	return nil
 }
 
+// Failed implements slots.Instance: the engine's fatal error, not its
+// own shutdown.
+func (si *slotInstance) Failed() error {
+	if err := si.gen.cur().Err(); err != nil && !errors.Is(err, engine.ErrShutdown) {
+		return err
+	}
+	return nil
+}
+
 // Snapshot implements slots.Instance.
 func (si *slotInstance) Snapshot() slots.Snapshot {
 	e := si.gen.cur()
@@ -458,6 +469,10 @@ func (si *slotInstance) Close() {
 	si.l.eng = si.gen.cur()
 	si.l.close()
 }
+
+// drainDeadline is when running streams are cut at shutdown; zero: each
+// engine's own drain timeout from when it is closed.
+var drainDeadline atomic.Pointer[time.Time]
 
 // selfTest runs a one-token generation through a freshly loaded model.
 func selfTest(ctx context.Context, srvName string, g *slotGen, bos int32) error {
