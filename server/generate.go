@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"time"
 
 	"github.com/goprovider/provider/engine"
+	"github.com/goprovider/provider/graph"
 	"github.com/goprovider/provider/stages"
 )
 
@@ -52,10 +52,15 @@ func (x *exchange) serve() {
 		return
 	}
 	defer release()
-	body, err := io.ReadAll(http.MaxBytesReader(x.w, x.r.Body, s.maxBody))
+	body, giveBack, err := s.readBody(x.w, x.r)
+	if err == nil {
+		defer giveBack()
+	}
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		switch {
+		case errors.Is(err, graph.ErrBusy):
+			// No share of the body budget within the wait: 429.
 		case errors.As(err, &tooLarge):
 			err = errTooLarge
 		case x.r.Context().Err() != nil:
@@ -88,6 +93,7 @@ func (x *exchange) serve() {
 	// Admitted or refused, the request has left the intake.
 	body = nil
 	release()
+	giveBack()
 	if err != nil {
 		x.fail(err)
 		return

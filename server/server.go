@@ -35,6 +35,10 @@ type Options struct {
 	Architectures []string
 	// MaxBodyBytes bounds a request body (default 32 MiB).
 	MaxBodyBytes int64
+	// BodyBudget bounds the bytes of generation request bodies read and
+	// parsed at once (default 256 MiB); a body waits for its share at most
+	// the intake wait, then gets 429.
+	BodyBudget int64
 	// Logger receives one record per request, through the telemetry
 	// allowlist; nil is slog.Default().
 	Logger *slog.Logger
@@ -107,6 +111,7 @@ type Server struct {
 	// body is read until the pipeline has admitted or refused it.
 	intake     chan struct{}
 	intakeWait time.Duration
+	bodies     *bodyBudget
 	// draining refuses new generation requests (503) while streams finish.
 	draining atomic.Bool
 
@@ -146,6 +151,10 @@ func New(o Options) *Server {
 		wait = graph.DefaultIntakeWait
 	}
 	s.intake, s.intakeWait = make(chan struct{}, places), wait
+	if o.BodyBudget <= 0 {
+		o.BodyBudget = DefaultBodyBudget
+	}
+	s.bodies = newBodyBudget(max(o.BodyBudget, o.MaxBodyBytes), s.clk, wait)
 	s.mux.HandleFunc("POST /v1/chat/completions", s.generate(stages.Chat))
 	s.mux.HandleFunc("POST /v1/completions", s.generate(stages.Completion))
 	s.mux.HandleFunc("GET /v1/models", s.listModels)
