@@ -3,6 +3,9 @@ package server
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 
 	"github.com/goprovider/provider/engine"
@@ -78,4 +81,25 @@ func TestResponseFormatOnRealModel(t *testing.T) {
 			t.Errorf("%s: status %d body %s", bad, status, b)
 		}
 	}
+}
+
+// TestOpenAIPythonClientParse: the official Python client's
+// chat.completions.parse with a pydantic model, and a streamed json_schema
+// request, on the real model: both parse into the model.
+func TestOpenAIPythonClientParse(t *testing.T) {
+	deps, err := filepath.Abs("../.deps/py-openai")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(deps, "pydantic")); err != nil {
+		t.Fatalf("the openai package and pydantic are missing from %s: run `make setup`", deps)
+	}
+	h, _ := realServer(t, engine.Options{})
+	cmd := exec.Command("python3", "testdata/openai_parse.py", h.http.URL+"/v1", "stories")
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+deps)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("openai client: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
 }
