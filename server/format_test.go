@@ -103,3 +103,36 @@ func TestOpenAIPythonClientParse(t *testing.T) {
 	}
 	t.Logf("%s", out)
 }
+
+// TestOpenAINodeClientZod: the official Node client's
+// chat.completions.parse with zodResponseFormat, and the same format
+// streamed, on the real model.
+func TestOpenAINodeClientZod(t *testing.T) {
+	mods, err := filepath.Abs("../.deps/npm-openai/node_modules")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(mods, "openai")); err != nil {
+		t.Fatalf("the openai and zod npm packages are missing from %s: run `make setup`", mods)
+	}
+	// An ES module resolves packages from its own directory upwards: run a
+	// copy of the script beside the packages.
+	script, err := os.ReadFile("testdata/openai_zod.mjs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(filepath.Dir(mods), "zodtest-"+filepath.Base(t.TempDir()))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.WriteFile(filepath.Join(dir, "openai_zod.mjs"), script, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h, _ := realServer(t, engine.Options{})
+	out, err := exec.Command("node", filepath.Join(dir, "openai_zod.mjs"), h.http.URL+"/v1", "stories").CombinedOutput()
+	if err != nil {
+		t.Fatalf("openai node client: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
+}
