@@ -232,13 +232,9 @@ func TestToolsMalformedAndNone(t *testing.T) {
 	}
 }
 
-// A required or named tool_choice is enforced by constrained decoding:
-// the real SmolLM2, which does not call tools on its own (see
-// TestRealSmolLM2Tools), answers with exactly one well-formed call of the
-// tool, streamed and not (parallel_tool_calls false: with parallel calls
-// allowed the small model repeats its call until max_tokens); asked for a
-// tool and a JSON response format at once, the request is a 400.
-func TestRealSmolLM2ForcedToolChoice(t *testing.T) {
+// realSmol serves the real SmolLM2 engine as "smol".
+func realSmol(t *testing.T) *harness {
+	t.Helper()
 	e, m := enginetest.Start(t, enginetest.SmolLM2(), engine.Options{})
 	h := newHarness(t, Options{Architectures: family.Supported()}, nil)
 	err := h.Register(Model{Name: "smol", Architecture: m.Config.Arch, Tokenizer: m.Tokenizer, ChatTemplate: m.ChatTemplate,
@@ -246,6 +242,17 @@ func TestRealSmolLM2ForcedToolChoice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return h
+}
+
+// A required or named tool_choice is enforced by constrained decoding:
+// the real SmolLM2, which does not call tools on its own (see
+// TestRealSmolLM2Tools), answers with exactly one well-formed call of the
+// tool, streamed and not (parallel_tool_calls false: with parallel calls
+// allowed the small model repeats its call until max_tokens); asked for a
+// tool and a JSON response format at once, the request is a 400.
+func TestRealSmolLM2ForcedToolChoice(t *testing.T) {
+	h := realSmol(t)
 	user := `{"role":"user","content":"What is the weather in Paris?"}`
 	for _, choice := range []string{`"required"`, `{"type":"function","function":{"name":"get_weather"}}`} {
 		for _, stream := range []bool{false, true} {
@@ -328,13 +335,7 @@ func TestToolsGPTOSS(t *testing.T) {
 // tools and the turn reach its prompt (it is longer than without them),
 // and whatever the model writes comes back as a well-formed answer.
 func TestRealSmolLM2Tools(t *testing.T) {
-	e, m := enginetest.Start(t, enginetest.SmolLM2(), engine.Options{})
-	h := newHarness(t, Options{Architectures: family.Supported()}, nil)
-	err := h.Register(Model{Name: "smol", Architecture: m.Config.Arch, Tokenizer: m.Tokenizer, ChatTemplate: m.ChatTemplate,
-		EOS: m.Config.EOS, ContextLength: m.Config.ContextLength, Generator: e})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := realSmol(t)
 	history := `{"role":"user","content":"What is the weather in Paris?"},` +
 		`{"role":"assistant","tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},` +
 		`{"role":"tool","tool_call_id":"call_1","content":"{\"temp\": 21}"}`
