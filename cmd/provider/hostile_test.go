@@ -163,8 +163,10 @@ func TestServeHostileClients(t *testing.T) {
 		peak = max(peak, rss(t, cmd.Process.Pid))
 		count[<-codes]++
 	}
-	if count[200]+count[429] != 100 {
-		t.Errorf("32 MiB bodies answered %v, want only 200 and 429", count)
+	// 0: the server answered 429 and closed the connection while the
+	// client was still sending its body (a reset on the client's side).
+	if count[200]+count[429]+count[0] != 100 || count[200] == 0 {
+		t.Errorf("32 MiB bodies answered %v, want only 200, 429 or a closed connection", count)
 	}
 	if peak > 1<<30 {
 		t.Errorf("RSS reached %d bytes under the 32 MiB bodies; the body budget is 256 MiB", peak)
