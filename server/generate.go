@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -76,11 +77,7 @@ func (x *exchange) serve() {
 	if s.slots != nil {
 		// Load the model on demand and hold it while the response runs. A
 		// body without a model name is left to the pipeline to refuse.
-		var head struct {
-			Model any `json:"model"`
-		}
-		_ = json.Unmarshal(body, &head)
-		if name, ok := head.Model.(string); ok && name != "" {
+		if name := modelName(body); name != "" {
 			release, err := s.slots.Acquire(ctx, name)
 			if err != nil {
 				x.fail(err)
@@ -302,4 +299,33 @@ func (x *exchange) log(status int, o outcome) {
 		}
 	}
 	s.log.LogAttrs(x.r.Context(), level, "request", attrs...)
+}
+
+// modelName is the top-level "model" string of a JSON object body, read
+// token by token so that a large body whose model comes first is not
+// parsed twice; "" when there is none (the pipeline then refuses the body
+// with its own error).
+func modelName(body []byte) string {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return ""
+	}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		if key == "model" {
+			var name string
+			if dec.Decode(&name) != nil {
+				return ""
+			}
+			return name
+		}
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return ""
+		}
+	}
+	return ""
 }

@@ -470,3 +470,17 @@ func TestIntakeBeforeBody(t *testing.T) {
 		status = resp.StatusCode
 	}
 }
+
+func TestModelName(t *testing.T) {
+	for _, c := range []struct{ body, want string }{
+		{`{"model":"a","prompt":"x"}`, "a"},
+		{`{"prompt":"x","stream":true,"model":"b"}`, "b"},
+		{`{"messages":[{"model":"inner"}],"model":"c"}`, "c"},
+		{`{"model":12}`, ""}, {`{"prompt":"x"}`, ""}, {`[]`, ""}, {`{"model":`, ""}, {``, ""},
+		{`{"model":"d"` + strings.Repeat(" ", 1<<20) + `}`, "d"},
+	} {
+		if got := modelName([]byte(c.body)); got != c.want {
+			t.Errorf("modelName(%.40q) = %q, want %q", c.body, got, c.want)
+		}
+	}
+}
