@@ -48,9 +48,10 @@
 //     admitted or refused it. A body is at most 32 MiB (413 above), read
 //     into a buffer of its declared size, and bodies held at once share a
 //     256 MiB budget (server.Options.BodyBudget): a body takes its declared
-//     size (32 MiB when undeclared) before it is read, or gets 429 after
-//     the intake wait. 100 clients sending 32 MiB at once held the server
-//     under 500 MiB of RSS.
+//     size (32 MiB when undeclared) before its intake place, or gets 429
+//     after the intake wait, so large bodies waiting for the budget hold
+//     no place. 100 clients sending 32 MiB at once held the server under
+//     500 MiB of RSS.
 //   - Requests in the pipeline: the graph's own intake (Intake) and one
 //     envelope per stage worker; admitted generations are bounded by each
 //     engine's running rows and its waiting queue (429 beyond it).

@@ -73,23 +73,21 @@ func (b *bodyBudget) take(ctx context.Context, n int64) (release func(), err err
 	}, nil
 }
 
-// readBody reads a request body of at most limit bytes into a buffer of
-// its declared size (no doubling growth), charging the declared size, or
-// the limit when none is declared, to the budget first.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, release func(), err error) {
-	n := s.maxBody
-	if r.ContentLength >= 0 && r.ContentLength < n {
-		n = r.ContentLength
+// bodySize is what a request's body is charged: its declared size, or the
+// limit when it declares none.
+func (s *Server) bodySize(r *http.Request) int64 {
+	if r.ContentLength >= 0 && r.ContentLength < s.maxBody {
+		return r.ContentLength
 	}
-	release, err = s.bodies.take(r.Context(), n)
-	if err != nil {
-		return nil, nil, err
+	return s.maxBody
+}
+
+// readBody reads a request body of at most the limit into a buffer of its
+// declared size (no doubling growth).
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	buf := bytes.NewBuffer(make([]byte, 0, s.bodySize(r)+1))
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, s.maxBody)); err != nil {
+		return nil, err
 	}
-	buf := bytes.NewBuffer(make([]byte, 0, n+1))
-	_, err = buf.ReadFrom(http.MaxBytesReader(w, r.Body, s.maxBody))
-	if err != nil {
-		release()
-		return nil, nil, err
-	}
-	return buf.Bytes(), release, nil
+	return buf.Bytes(), nil
 }

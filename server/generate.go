@@ -45,18 +45,22 @@ func (x *exchange) serve() {
 		x.fail(engine.ErrDraining)
 		return
 	}
-	// A place in the intake before the body is read: waiting requests
-	// hold at most Intake bodies (graph/doc.go).
+	// Before the body is read: its share of the body budget, then a place
+	// in the intake (graph/doc.go). In that order, a large body waits for
+	// the budget without holding a place, so small requests keep passing.
+	giveBack, err := s.bodies.take(x.r.Context(), s.bodySize(x.r))
+	if err != nil {
+		x.fail(err)
+		return
+	}
+	defer giveBack()
 	release, err := s.takeIntake(x.r.Context())
 	if err != nil {
 		x.fail(err)
 		return
 	}
 	defer release()
-	body, giveBack, err := s.readBody(x.w, x.r)
-	if err == nil {
-		defer giveBack()
-	}
+	body, err := s.readBody(x.w, x.r)
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		switch {
