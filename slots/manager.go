@@ -372,14 +372,14 @@ func (m *Manager) Tick() {
 				changed = true
 				continue
 			}
-			if !m.rebuild(s, now) {
+			if !m.rebuild(s, now, "died") {
 				changed = true
 			}
 			continue
 		}
 		switch s.wedge.Observe(now, s.inst.Progress()) {
 		case Wedged:
-			if !m.rebuild(s, now) {
+			if !m.rebuild(s, now, "wedged") {
 				changed = true
 			}
 		case WedgedAgain:
@@ -423,8 +423,8 @@ func (m *Manager) crash(s *slot, why string) {
 
 // rebuild swaps a wedged or dead slot's engine for a new one over its
 // weights; a slot whose rebuild fails is unloaded (false).
-func (m *Manager) rebuild(s *slot, now time.Time) bool {
-	m.log.Error("engine wedged; rebuilding it", "model", s.name, "reason", "wedge")
+func (m *Manager) rebuild(s *slot, now time.Time, why string) bool {
+	m.log.Error("rebuilding the engine", "model", s.name, "why", why)
 	m.mu.Lock()
 	s.state = StateReloading
 	m.mu.Unlock()

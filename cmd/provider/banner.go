@@ -74,6 +74,7 @@ func banner(w io.Writer, b bannerInfo) {
 			fmt.Fprintf(w, "  on demand: %s\n", n)
 		}
 	}
+	fmt.Fprintf(w, "  dashboard: http://%s/\n", b.addr)
 	fmt.Fprintf(w, "  auth:     %s\n", b.auth)
 	if b.coordinator != "" {
 		fmt.Fprintf(w, "  network:  %s\n", b.coordinator)

@@ -15,10 +15,12 @@ import (
 )
 
 // startServe runs serve with args and extra environment, and returns the
-// process, its address once it listens, and its log so far.
-func startServe(t *testing.T, env []string, args ...string) (*exec.Cmd, string, func() string) {
+// process, its address once it listens, and its log so far. wait waits
+// for the process after its log has been read to the end (exec.Cmd.Wait
+// closes the pipe, so it must not run before).
+func startServe(t *testing.T, env []string, args ...string) (cmd *exec.Cmd, url string, log func() string, wait func() error) {
 	t.Helper()
-	cmd := exec.Command(binPath, append([]string{"serve", "--log-format", "text", "--no-auth", "--addr", "127.0.0.1:0"}, args...)...)
+	cmd = exec.Command(binPath, append([]string{"serve", "--log-format", "text", "--no-auth", "--addr", "127.0.0.1:0"}, args...)...)
 	cmd.Env = append(append(os.Environ(), "XDG_CACHE_HOME="+t.TempDir(), "XDG_CONFIG_HOME="+t.TempDir()), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -42,18 +44,25 @@ func startServe(t *testing.T, env []string, args ...string) (*exec.Cmd, string, 
 		t.Fatalf("serve never listened:\n%s", logs.String())
 	}
 	var mu sync.Mutex
+	eof := make(chan struct{})
 	go func() {
+		defer close(eof)
 		for lines.Scan() {
 			mu.Lock()
 			logs.WriteString(lines.Text() + "\n")
 			mu.Unlock()
 		}
 	}()
-	return cmd, "http://" + addr, func() string {
+	log = func() string {
 		mu.Lock()
 		defer mu.Unlock()
 		return logs.String()
 	}
+	wait = func() error {
+		<-eof
+		return cmd.Wait()
+	}
+	return cmd, "http://" + addr, log, wait
 }
 
 // TestServeDrainsOnSIGTERM: SIGTERM during 32 streams: new requests get
@@ -61,7 +70,7 @@ func startServe(t *testing.T, env []string, args ...string) (*exec.Cmd, string, 
 // [DONE] (finished, or cut at the 10 s drain deadline), and the process
 // exits 0 soon after the deadline.
 func TestServeDrainsOnSIGTERM(t *testing.T) {
-	cmd, url, _ := startServe(t, nil, "--model", stories, "--max-concurrent", "32")
+	cmd, url, _, wait := startServe(t, nil, "--model", stories, "--max-concurrent", "32")
 	const streams = 32
 	type result struct {
 		finish, last string
@@ -141,7 +150,7 @@ func TestServeDrainsOnSIGTERM(t *testing.T) {
 			t.Errorf("stream ended with finish %q, last event %q, error %v", r.finish, r.last, r.err)
 		}
 	}
-	err = cmd.Wait()
+	err = wait()
 	took := time.Since(signalled)
 	var ee *exec.ExitError
 	if errors.As(err, &ee) || err != nil {
@@ -156,10 +165,10 @@ func TestServeDrainsOnSIGTERM(t *testing.T) {
 // injection) makes /health 503; it is rebuilt, dies again within the
 // cooldown, its slot is unloaded, and with no model left serve exits 1.
 func TestServeExitsWhenEnginesDie(t *testing.T) {
-	cmd, url, log := startServe(t, []string{faultEnv + "=1"}, "--model", stories)
+	_, url, log, wait := startServe(t, []string{faultEnv + "=1"}, "--model", stories)
 	client := &http.Client{Timeout: 10 * time.Second}
 	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	go func() { exited <- wait() }()
 	unhealthy := false
 	deadline := time.After(60 * time.Second)
 	for {

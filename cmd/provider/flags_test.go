@@ -82,7 +82,7 @@ func TestServeBanner(t *testing.T) {
 	}
 	text := strings.Join(got, "\n")
 	for _, want := range []string{"serving on http://127.0.0.1:", "  device:   cpu, ", "CPU threads", "2.0 GiB budget (--kv-bytes)",
-		"  model:    stories260K (context 2048 tokens, up to 4 requests at once, KV grant 2.0 GiB)", "  auth:     none (--no-auth)"} {
+		"  model:    stories260K (context 2048 tokens, up to 4 requests at once, KV grant 2.0 GiB)", "  dashboard: http://127.0.0.1:", "  auth:     none (--no-auth)"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("banner lacks %q:\n%s", want, text)
 		}

@@ -70,7 +70,7 @@ func rss(t *testing.T, pid int) int64 {
 // closed by the 10 s header deadline. The first-token times with and
 // without them are logged (speed is the benchmarks' business).
 func TestServeHostileClients(t *testing.T) {
-	cmd, url, _ := startServe(t, nil, "--model", stories)
+	cmd, url, _, _ := startServe(t, nil, "--model", stories)
 	addr := strings.TrimPrefix(url, "http://")
 	unloaded := medianFirstToken(t, url)
 	before := rss(t, cmd.Process.Pid)
