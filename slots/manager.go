@@ -367,7 +367,7 @@ func (m *Manager) Tick() {
 			// A dead engine is rebuilt like a wedged one; dead again
 			// within the cooldown, the slot goes.
 			m.log.Error("engine died", "model", s.name, "err", err)
-			if !s.wedge.reloaded.IsZero() && now.Sub(s.wedge.reloaded) < m.cooldown() {
+			if s.wedge.inCooldown(now) {
 				m.crash(s, "died again within the cooldown")
 				changed = true
 				continue
@@ -390,19 +390,6 @@ func (m *Manager) Tick() {
 	if changed {
 		m.regrow()
 	}
-}
-
-// cooldown is the window after a rebuild in which a second failure
-// unloads the slot.
-func (m *Manager) cooldown() time.Duration {
-	after, cool := m.opt.Wedge.After, m.opt.Wedge.Cooldown
-	if after <= 0 {
-		after = WedgeAfter
-	}
-	if cool <= 0 {
-		cool = WedgeCooldown
-	}
-	return after + cool
 }
 
 // crash unloads a slot whose engine cannot be kept serving. Under the

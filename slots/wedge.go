@@ -61,13 +61,23 @@ func (w *Wedge) Observe(now time.Time, p Progress) Verdict {
 	return w.last
 }
 
-func (w *Wedge) observe(now time.Time, p Progress) Verdict {
+// inCooldown reports whether now is within the cooldown of the last
+// rebuild: After + Cooldown past it (a second failure then unloads).
+func (w *Wedge) inCooldown(now time.Time) bool {
 	after, cool := w.After, w.Cooldown
 	if after <= 0 {
 		after = WedgeAfter
 	}
 	if cool <= 0 {
 		cool = WedgeCooldown
+	}
+	return !w.reloaded.IsZero() && now.Sub(w.reloaded) < after+cool
+}
+
+func (w *Wedge) observe(now time.Time, p Progress) Verdict {
+	after := w.After
+	if after <= 0 {
+		after = WedgeAfter
 	}
 	if !w.seen || p.Steps != w.steps {
 		w.seen, w.steps, w.movedAt = true, p.Steps, now
@@ -79,7 +89,7 @@ func (w *Wedge) observe(now time.Time, p Progress) Verdict {
 	if stalled < after || now.Sub(p.OldestWait) < after {
 		return Suspected
 	}
-	if !w.reloaded.IsZero() && now.Sub(w.reloaded) < after+cool {
+	if w.inCooldown(now) {
 		return WedgedAgain
 	}
 	return Wedged

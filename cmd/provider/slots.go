@@ -120,6 +120,15 @@ type serveLoader struct {
 	ctxOf   map[string]int    // context length of each probed model
 }
 
+// weightExtra is what decides a catalog entry's weights beside its files
+// (cache.Fingerprint's extra): the seed of dummy weights.
+func (sl *serveLoader) weightExtra(e catalogEntry) string {
+	if e.dummy {
+		return fmt.Sprint("dummy seed ", *sl.mf.seed)
+	}
+	return ""
+}
+
 // linkModels describes the catalog for the network's register message:
 // each model's size, architecture and weight fingerprint (cache.Fingerprint:
 // names, sizes and the SHA-256 of each file's first and last MiB).
@@ -133,11 +142,7 @@ func (sl *serveLoader) linkModels() []link.ModelInfo {
 		sl.mu.Lock()
 		e, arch := sl.entries[name], sl.archOf[name]
 		sl.mu.Unlock()
-		extra := ""
-		if e.dummy {
-			extra = fmt.Sprint("dummy seed ", *sl.mf.seed)
-		}
-		fp, err := cache.Fingerprint(extra, e.path)
+		fp, err := cache.Fingerprint(sl.weightExtra(e), e.path)
 		if err != nil {
 			continue
 		}
@@ -310,12 +315,8 @@ func (sl *serveLoader) prefix(l *loadedModel, e catalogEntry, grant int64) (engi
 	block := layout.SequenceBytes(cache.BlockTokens)
 	prefix.Budget = prefixBudget(sl.prefixBytes, physicalMemory(), grant, block)
 	if prefix.Budget > 0 {
-		extra := ""
-		if e.dummy {
-			extra = fmt.Sprint("dummy seed ", *sl.mf.seed)
-		}
 		var err error
-		if prefix.Namespace, err = prefixNamespace(extra, []string{e.path}, l.net.Config()); err != nil {
+		if prefix.Namespace, err = prefixNamespace(sl.weightExtra(e), []string{e.path}, l.net.Config()); err != nil {
 			return prefix, fmt.Errorf("serve: %s: %w", l.name, err)
 		}
 		if os.Getenv("PROVIDER_PREFIX_CACHE_SSD") != "0" {
