@@ -266,7 +266,6 @@ func TestSlotsWedgeRebuildsThenUnloads(t *testing.T) {
 	if code, body := complete(); code != 200 {
 		t.Fatalf("after the rebuild: %d %s", code, body)
 	}
-	rig.mgr.Tick() // sees the new engine's steps move
 
 	// Frozen again within the cooldown: unloaded.
 	freeze()
@@ -275,6 +274,9 @@ func TestSlotsWedgeRebuildsThenUnloads(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-entered
+	// Held, the new engine's step counter is still: this observation sees
+	// it moved since the rebuild, and times the stall from now.
+	rig.mgr.Tick()
 	release()
 	clk.Add(120 * time.Second)
 	done := make(chan struct{})
