@@ -163,6 +163,10 @@ type Workload struct {
 	// IgnoreEOS sends ignore_eos: true, which only some servers accept
 	// (vLLM, llama-server); off, the field is not sent.
 	IgnoreEOS bool `json:"ignore_eos"`
+	// ResponseFormat, when set, is sent as each request's response_format
+	// (an OpenAI object such as {"type":"json_schema",...}), so constrained
+	// decoding is measured against the same prompts unconstrained.
+	ResponseFormat json.RawMessage `json:"response_format,omitempty"`
 	// Timeout bounds each request from send to end of stream; zero means
 	// DefaultTimeout.
 	Timeout time.Duration `json:"-"`
@@ -233,6 +237,14 @@ func (c Config) Validate() error {
 	}
 	if w.MaxTokens <= 0 {
 		return fmt.Errorf("%w: max tokens %d, want > 0", ErrConfig, w.MaxTokens)
+	}
+	if len(w.ResponseFormat) > 0 {
+		var rf struct {
+			Type string `json:"type"`
+		}
+		if err := json.Unmarshal(w.ResponseFormat, &rf); err != nil || rf.Type == "" {
+			return fmt.Errorf("%w: response format is not an object with a type", ErrConfig)
+		}
 	}
 	return w.Prompts.validate()
 }

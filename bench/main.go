@@ -1,7 +1,9 @@
 package bench
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -187,6 +189,7 @@ func parseFlags(args []string, stderr io.Writer) (Config, cliOptions, error) {
 		rates       = fs.String("poisson-rate", "", "open-loop `rates` in requests/s, comma-separated; replaces the concurrency sweep")
 		maxInFlight = fs.Int("max-concurrency", 0, "open loop: at most `N` requests in flight (0: no cap)")
 		shape       = fs.String("prompts", "random", "prompt `set`: random, fixed or shared-prefix")
+		format      = fs.String("response-format", "", "send this response_format with every request: a JSON `object`, or @file to read it from a file (empty: none)")
 	)
 	fs.Var(&targets, "target", "server under test as `name=url` (repeatable; the first is the ratios' base)")
 	fs.StringVar(&w.Model, "model", "", "model `name` sent with each request (empty: left out)")
@@ -213,6 +216,20 @@ func parseFlags(args []string, stderr io.Writer) (Config, cliOptions, error) {
 		return Config{}, opts, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	w.Endpoint = Endpoint(*endpoint)
+	if *format != "" {
+		raw := []byte(*format)
+		if name, ok := strings.CutPrefix(*format, "@"); ok {
+			var err error
+			if raw, err = os.ReadFile(name); err != nil {
+				return Config{}, opts, fmt.Errorf("--response-format: %w", err)
+			}
+		}
+		var c bytes.Buffer
+		if err := json.Compact(&c, raw); err != nil {
+			return Config{}, opts, fmt.Errorf("--response-format: %w", err)
+		}
+		w.ResponseFormat = c.Bytes()
+	}
 	w.Prompts.Shape = PromptShape(*shape)
 	if w.Timeout <= 0 {
 		return Config{}, opts, fmt.Errorf("--timeout %s, want > 0", w.Timeout)

@@ -168,6 +168,9 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 	b.WriteString("\n")
 	fmt.Fprintf(&b, "- workload: %s; %d requests per level; warmup %d per target\n", loopText(wl.Levels), wl.Requests, wl.Warmup)
 	fmt.Fprintf(&b, "- prompts: %s; max_tokens %d; temperature 0; ignore_eos %v; seed %d\n", promptText(wl.Prompts), wl.MaxTokens, wl.IgnoreEOS, wl.Seed)
+	if len(wl.ResponseFormat) > 0 {
+		fmt.Fprintf(&b, "- response_format: `%s`\n", wl.ResponseFormat)
+	}
 	fmt.Fprintf(&b, "- timeout %s; SLO: %s\n\n", wl.timeout(), sloText(wl.SLO))
 	b.WriteString("Latencies in ms. Percentiles interpolate linearly between the closest ranks (numpy's default). " +
 		"Throughput and goodput count successful requests per second of the level's duration, from its first send to its last completion. " +

@@ -45,14 +45,15 @@ func failf(kind FailureKind, format string, args ...any) error {
 // sent (0, greedy) and seed never is: some peers serialise requests that
 // carry one.
 type requestBody struct {
-	Model         string        `json:"model,omitempty"`
-	Messages      []chatMessage `json:"messages,omitempty"`
-	Prompt        string        `json:"prompt,omitempty"`
-	MaxTokens     int           `json:"max_tokens"`
-	Temperature   float64       `json:"temperature"`
-	Stream        bool          `json:"stream"`
-	StreamOptions streamOptions `json:"stream_options"`
-	IgnoreEOS     bool          `json:"ignore_eos,omitempty"`
+	Model         string          `json:"model,omitempty"`
+	Messages      []chatMessage   `json:"messages,omitempty"`
+	Prompt        string          `json:"prompt,omitempty"`
+	MaxTokens     int             `json:"max_tokens"`
+	Temperature   float64         `json:"temperature"`
+	Stream        bool            `json:"stream"`
+	StreamOptions streamOptions   `json:"stream_options"`
+	IgnoreEOS     bool            `json:"ignore_eos,omitempty"`
+	Format        json.RawMessage `json:"response_format,omitempty"`
 }
 
 type chatMessage struct {
@@ -72,6 +73,7 @@ func (w *Workload) body(p Prompt) ([]byte, error) {
 		Stream:        true,
 		StreamOptions: streamOptions{IncludeUsage: true},
 		IgnoreEOS:     w.IgnoreEOS,
+		Format:        w.ResponseFormat,
 	}
 	if w.Endpoint == EndpointCompletions {
 		b.Prompt = p.Text

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"maps"
 	"net/http"
 	"reflect"
@@ -116,16 +117,19 @@ func TestRequestBody(t *testing.T) {
 		endpoint  Endpoint
 		ignoreEOS bool
 		model     string
+		format    string
 	}{
-		{"chat", EndpointChat, false, "tiny"},
-		{"completions", EndpointCompletions, false, "tiny"},
-		{"ignore eos", EndpointChat, true, "tiny"},
-		{"no model", EndpointChat, false, ""},
+		{"chat", EndpointChat, false, "tiny", ""},
+		{"completions", EndpointCompletions, false, "tiny", ""},
+		{"ignore eos", EndpointChat, true, "tiny", ""},
+		{"no model", EndpointChat, false, "", ""},
+		{"response format", EndpointChat, false, "tiny", `{"type":"json_object"}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, srv := loopback(t, reply{tokens: tokens(1, 0, 0)})
 			w := testWorkload()
 			w.Endpoint, w.IgnoreEOS, w.Model = tc.endpoint, tc.ignoreEOS, tc.model
+			w.ResponseFormat = json.RawMessage(tc.format)
 			if rec := send(t.Context(), srv.Client(), srv.URL+w.Endpoint.path(), &w, prompt, time.Now()); !rec.OK() {
 				t.Fatalf("failed: %+v", rec.Failure)
 			}
@@ -149,6 +153,9 @@ func TestRequestBody(t *testing.T) {
 			}
 			if tc.ignoreEOS {
 				want["ignore_eos"] = true
+			}
+			if tc.format != "" {
+				want["response_format"] = map[string]any{"type": "json_object"}
 			}
 			if len(got) != len(want) {
 				t.Errorf("body has fields %v, want %v", keys(got), keys(want))
