@@ -211,8 +211,13 @@ func (p *Pool) release(gi int, b int32) {
 
 // grow doubles group g's storage (at least 4 blocks), copying what it holds.
 func (p *Pool) grow(gi int) error {
+	return p.growTo(gi, max(2*p.groups[gi].blocks, 4))
+}
+
+// growTo makes group g's storage n blocks (within MaxBytes), copying what
+// it holds.
+func (p *Pool) growTo(gi, n int) error {
 	g := p.groups[gi]
-	n := max(2*g.blocks, 4)
 	if p.opt.MaxBytes > 0 {
 		others := p.Bytes() - int64(g.blocks)*g.blockBytes
 		n = min(n, int((p.opt.MaxBytes-others)/g.blockBytes))

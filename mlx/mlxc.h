@@ -75,6 +75,19 @@ int mlx_vector_array_append_value(mlx_vector_array vec, const mlx_array val);
 size_t mlx_vector_array_size(mlx_vector_array vec);
 int mlx_vector_array_get(mlx_array* res, const mlx_vector_array vec, size_t idx);
 
+/* distributed: a group of processes joined by a communication backend
+ * (ring, nccl, jaccl, mpi; "any" picks the first available). A group of
+ * size 1 makes the collectives no-ops. */
+typedef struct mlx_distributed_group_ { void* ctx; } mlx_distributed_group;
+bool mlx_distributed_is_available(const char* bk);
+mlx_distributed_group mlx_distributed_init(bool strict, const char* bk);
+int mlx_distributed_group_rank(mlx_distributed_group group);
+int mlx_distributed_group_size(mlx_distributed_group group);
+/* extension: release a group handle (upstream keeps groups alive). */
+int mlx_distributed_group_free(mlx_distributed_group group);
+int mlx_distributed_all_sum(mlx_array* res, const mlx_array x, const mlx_distributed_group group, const mlx_stream s);
+int mlx_distributed_all_gather(mlx_array* res, const mlx_array x, const mlx_distributed_group group, const mlx_stream s);
+
 /* streams and devices */
 mlx_stream mlx_default_cpu_stream_new(void);
 mlx_stream mlx_default_gpu_stream_new(void);

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "hostop.h"
+#include "mlx/distributed/distributed.h"
+#include "mlx/distributed/ops.h"
 #include "mlx/mlx.h"
 #include "mlxc.h"
 
@@ -539,6 +541,59 @@ int mlx_random_key(mlx_array* res, uint64_t seed) {
 int mlx_random_categorical(mlx_array* res, const mlx_array logits, int axis, const mlx_array key,
                            const mlx_stream s) {
   return guard([&] { set(res, mx::random::categorical(arr(logits), axis, opt(key), strm(s))); });
+}
+
+} // extern "C"
+
+namespace {
+
+mx::distributed::Group& grp(mlx_distributed_group g) {
+  return *static_cast<mx::distributed::Group*>(g.ctx);
+}
+
+} // namespace
+
+extern "C" {
+
+bool mlx_distributed_is_available(const char* bk) {
+  try {
+    return mx::distributed::is_available(bk);
+  } catch (const std::exception& e) {
+    fail(e.what());
+    return false;
+  }
+}
+
+mlx_distributed_group mlx_distributed_init(bool strict, const char* bk) {
+  try {
+    return mlx_distributed_group{new mx::distributed::Group(mx::distributed::init(strict, bk))};
+  } catch (const std::exception& e) {
+    fail(e.what());
+    return mlx_distributed_group{nullptr};
+  }
+}
+
+int mlx_distributed_group_rank(mlx_distributed_group group) {
+  return grp(group).rank();
+}
+
+int mlx_distributed_group_size(mlx_distributed_group group) {
+  return grp(group).size();
+}
+
+int mlx_distributed_group_free(mlx_distributed_group group) {
+  delete static_cast<mx::distributed::Group*>(group.ctx);
+  return 0;
+}
+
+int mlx_distributed_all_sum(mlx_array* res, const mlx_array x, const mlx_distributed_group group,
+                            const mlx_stream s) {
+  return guard([&] { set(res, mx::distributed::all_sum(arr(x), grp(group), strm(s))); });
+}
+
+int mlx_distributed_all_gather(mlx_array* res, const mlx_array x, const mlx_distributed_group group,
+                               const mlx_stream s) {
+  return guard([&] { set(res, mx::distributed::all_gather(arr(x), grp(group), strm(s))); });
 }
 
 } // extern "C"

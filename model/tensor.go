@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"unsafe"
 
 	"github.com/goprovider/provider/mlx"
@@ -99,6 +100,13 @@ type Weight struct {
 	// Int8 computes Linear with mlx.Frame.AffineLinearQ8 (see
 	// Config.Int8Activations).
 	Int8 bool
+	// Reduce, when valid, sums Linear's output over the group: the weight
+	// holds this rank's columns of a row-parallel matrix (see Sharding).
+	Reduce mlx.Group
+	// Gather, when valid, concatenates Linear's output over the group
+	// along its last axis: the weight holds this rank's rows of a
+	// vocabulary-split output head.
+	Gather mlx.Group
 }
 
 // Quantized reports whether W holds packed quantized values.
@@ -124,6 +132,35 @@ func (w *Weight) Bytes() int {
 
 // Linear computes x @ W.T.
 func (w *Weight) Linear(f *mlx.Frame, x mlx.Array) mlx.Array {
+	y := w.linear(f, x)
+	if w.Reduce.Valid() {
+		y = f.AllSum(y, w.Reduce)
+	}
+	if w.Gather.Valid() {
+		y = gatherLast(f, y, w.Gather)
+	}
+	return y
+}
+
+// gatherLast concatenates y of every rank of g along its last axis, in
+// rank order.
+func gatherLast(f *mlx.Frame, y mlx.Array, g mlx.Group) mlx.Array {
+	if f.Err() != nil {
+		return mlx.Array{}
+	}
+	shape := y.Shape()
+	n, last := g.Size(), shape[len(shape)-1]
+	rows := 1
+	for _, d := range shape[:len(shape)-1] {
+		rows *= d
+	}
+	all := f.AllGather(f.Reshape(y, rows, last), g) // [n*rows, last], rank-major
+	all = f.Transpose(f.Reshape(all, n, rows, last), 1, 0, 2)
+	out := append(slices.Clone(shape[:len(shape)-1]), n*last)
+	return f.Reshape(all, out...)
+}
+
+func (w *Weight) linear(f *mlx.Frame, x mlx.Array) mlx.Array {
 	if w.Ref {
 		return f.RefLinear(x, w.W, w.Scales, w.Biases, w.RefKind)
 	}

@@ -1,0 +1,266 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/goprovider/provider/mlx"
+)
+
+// ErrShard marks a model that cannot be split the way it was asked.
+var ErrShard = errors.New("cannot shard model")
+
+// Part is the slice of a tensor one rank holds: [Lo, Hi) along Axis
+// (negative counts from the last axis).
+type Part struct{ Axis, Lo, Hi int }
+
+// Sharding is one rank's share of a model split over Size ranks by tensor
+// parallelism: attention heads (with their KV heads) and the feed-forward
+// width are divided, and the outputs of the layers that consume a divided
+// input are summed over the ranks.
+//
+//   - Column-parallel weights (query, key and value projections, gate and up
+//     projections) keep a range of their output rows; the activations they
+//     produce stay divided.
+//   - Row-parallel weights (the attention output and down projections) keep
+//     the matching range of their input columns; their Linear ends with one
+//     all-sum (Reduce), so every rank continues with the full hidden state.
+//   - An untied output head keeps a range of the vocabulary and its logits
+//     are all-gathered (Gather); a tied one is the embedding, replicated.
+//   - Everything else (embeddings, norms, routers) is replicated.
+//
+// Heads split by KV group: with at least as many KV heads as ranks, each
+// rank holds a contiguous range of KV heads (uneven when they do not
+// divide, the first ranks holding more: 3 over 2 ranks is 2 and 1, so rank
+// 0, whose pool the ledger charges, holds the most) and their query heads; with fewer, each
+// KV head is replicated on Size/KVHeads ranks that divide its query heads.
+type Sharding struct {
+	Rank, Size int
+	// Parts is what each split tensor keeps; tensors not named are whole.
+	Parts map[string]Part
+	// Reduce and Gather name the weights whose Linear ends in a collective.
+	Reduce, Gather map[string]bool
+	// Heads and KVHeads are the rank's ranges [lo, hi) of the model's
+	// query and KV heads; FFN its range of the feed-forward width.
+	Heads, KVHeads, FFN [2]int
+}
+
+// Shard keeps only rank's share of m's tensors (of a split over size ranks)
+// and makes m.Config that share's shape. Slices along the first axis share
+// the host memory they come from (a mapped file is then read only where
+// the rank's rows lie); others are copied.
+func (m *Model) Shard(rank, size int) (*Sharding, error) {
+	if size < 1 || rank < 0 || rank >= size {
+		return nil, fmt.Errorf("%w: rank %d of %d", ErrShard, rank, size)
+	}
+	if size == 1 {
+		return &Sharding{Size: 1, Heads: [2]int{0, m.Config.Heads}, KVHeads: [2]int{0, m.Config.KVHeads}, FFN: [2]int{0, m.Config.Intermediate}}, nil
+	}
+	s, cfg, err := planShards(m.Config, m.Tensors, rank, size)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.Parts)) {
+		t, ok := m.Tensors[name]
+		if !ok {
+			continue
+		}
+		part, err := t.Slice(s.Parts[name])
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrShard, err)
+		}
+		m.Tensors[name] = part
+	}
+	m.Config = cfg
+	return s, nil
+}
+
+// Bind marks the uploaded weights that end in a collective over g.
+func (s *Sharding) Bind(w *Weights, g mlx.Group) {
+	for name := range s.Reduce {
+		if x := w.Get(name); x != nil {
+			x.Reduce = g
+		}
+	}
+	for name := range s.Gather {
+		if x := w.Get(name); x != nil {
+			x.Gather = g
+		}
+	}
+}
+
+// planShards is the split of a decoder with llama-style tensor names
+// (llama, gemma3): q/k/v, o, gate/up, down, lm_head.
+func planShards(c Config, tensors map[string]*Tensor, rank, size int) (*Sharding, Config, error) {
+	s := &Sharding{Rank: rank, Size: size, Parts: map[string]Part{}, Reduce: map[string]bool{}, Gather: map[string]bool{}}
+	switch c.Arch {
+	case "llama", "gemma3":
+	default:
+		return nil, c, fmt.Errorf("%w: tensor parallelism for %q is not implemented", ErrShard, c.Arch)
+	}
+	for _, k := range c.Kinds {
+		if k.KVHeads != c.KVHeads || k.HeadDim != c.HeadDim || k.SharedFrom >= 0 {
+			return nil, c, fmt.Errorf("%w: %s layers of different KV shapes", ErrShard, c.Arch)
+		}
+	}
+	qa, qb, ka, kb, err := HeadRange(c.Heads, c.KVHeads, rank, size)
+	if err != nil {
+		return nil, c, err
+	}
+	unit := groupUnit(tensors)
+	fa, fb, err := EvenRange(c.Intermediate, unit, rank, size)
+	if err != nil {
+		return nil, c, err
+	}
+	s.Heads, s.KVHeads, s.FFN = [2]int{qa, qb}, [2]int{ka, kb}, [2]int{fa, fb}
+	hd := c.HeadDim
+	for i := range c.Layers {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		s.Parts[p+"self_attn.q_proj.weight"] = Part{0, qa * hd, qb * hd}
+		s.Parts[p+"self_attn.k_proj.weight"] = Part{0, ka * hd, kb * hd}
+		s.Parts[p+"self_attn.v_proj.weight"] = Part{0, ka * hd, kb * hd}
+		s.Parts[p+"self_attn.o_proj.weight"] = Part{-1, qa * hd, qb * hd}
+		s.Parts[p+"mlp.gate_proj.weight"] = Part{0, fa, fb}
+		s.Parts[p+"mlp.up_proj.weight"] = Part{0, fa, fb}
+		s.Parts[p+"mlp.down_proj.weight"] = Part{-1, fa, fb}
+		s.Reduce[p+"self_attn.o_proj.weight"] = true
+		s.Reduce[p+"mlp.down_proj.weight"] = true
+	}
+	if !c.TiedEmbedding && c.Vocab%size == 0 {
+		n := c.Vocab / size
+		s.Parts["lm_head.weight"] = Part{0, rank * n, (rank + 1) * n}
+		s.Gather["lm_head.weight"] = true
+	}
+	local := c
+	local.Heads, local.KVHeads, local.Intermediate = qb-qa, kb-ka, fb-fa
+	local.Kinds = slices.Clone(c.Kinds)
+	for i := range local.Kinds {
+		local.Kinds[i].KVHeads = kb - ka
+	}
+	return s, local, nil
+}
+
+// HeadRange is the query heads [qa, qb) and KV heads [ka, kb) rank holds of
+// a split over size ranks (see Sharding).
+func HeadRange(heads, kvHeads, rank, size int) (qa, qb, ka, kb int, err error) {
+	if kvHeads <= 0 || heads%kvHeads != 0 {
+		return 0, 0, 0, 0, fmt.Errorf("%w: %d query heads over %d KV heads", ErrShard, heads, kvHeads)
+	}
+	g := heads / kvHeads
+	if kvHeads >= size {
+		ka, kb = ceilDiv(rank*kvHeads, size), ceilDiv((rank+1)*kvHeads, size)
+		return ka * g, kb * g, ka, kb, nil
+	}
+	per := size / kvHeads
+	if size%kvHeads != 0 || g%per != 0 {
+		return 0, 0, 0, 0, fmt.Errorf("%w: %d KV heads of %d query heads each do not split over %d ranks", ErrShard, kvHeads, g, size)
+	}
+	k := rank / per
+	qa = k*g + rank%per*(g/per)
+	return qa, qa + g/per, k, k + 1, nil
+}
+
+// EvenRange is rank's share [lo, hi) of n split over size ranks in whole
+// units; when they do not divide, the first ranks hold one more.
+func EvenRange(n, unit, rank, size int) (lo, hi int, err error) {
+	if n%unit != 0 || n/unit < size {
+		return 0, 0, fmt.Errorf("%w: width %d is not %d units of %d", ErrShard, n, size, unit)
+	}
+	units := n / unit
+	return ceilDiv(rank*units, size) * unit, ceilDiv((rank+1)*units, size) * unit, nil
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// groupUnit is the widest quantization group among the tensors (32 when
+// none is quantized), the unit a split along the input axis keeps whole.
+func groupUnit(tensors map[string]*Tensor) int {
+	u := 32
+	for _, t := range tensors {
+		if t.Quant != nil && t.Quant.GroupSize > u {
+			u = t.Quant.GroupSize
+		}
+	}
+	return u
+}
+
+// Slice is the part p of t. A slice along the first axis shares t's
+// memory.
+func (t *Tensor) Slice(p Part) (*Tensor, error) {
+	if len(t.Shape) == 0 {
+		return nil, fmt.Errorf("%s: slice of a scalar", t.Name)
+	}
+	axis := p.Axis
+	if axis < 0 {
+		axis += len(t.Shape)
+	}
+	if axis < 0 || axis >= len(t.Shape) || p.Lo < 0 || p.Hi > t.Shape[axis] || p.Lo >= p.Hi {
+		return nil, fmt.Errorf("%s: part %+v of shape %v", t.Name, p, t.Shape)
+	}
+	out := *t
+	out.Shape = slices.Clone(t.Shape)
+	out.Shape[axis] = p.Hi - p.Lo
+	if t.Quant == nil {
+		out.Data = sliceBytes(t.Data, t.Shape, axis, p.Lo, p.Hi, t.DType.Size())
+		return &out, nil
+	}
+	q := *t.Quant
+	out.Quant = &q
+	last := len(t.Shape) - 1
+	g := q.GroupSize
+	if axis == last {
+		if p.Lo%g != 0 || p.Hi%g != 0 || p.Lo*q.Bits%32 != 0 || p.Hi*q.Bits%32 != 0 {
+			return nil, fmt.Errorf("%s: columns [%d, %d) cut quantization groups of %d", t.Name, p.Lo, p.Hi, g)
+		}
+	}
+	// Packed words, scales and biases have the tensor's shape with the
+	// last axis in words and in groups.
+	words := slices.Clone(t.Shape)
+	words[last] = t.Shape[last] * q.Bits / 32
+	groups := slices.Clone(t.Shape)
+	groups[last] = t.Shape[last] / g
+	lo, hi := p.Lo, p.Hi
+	wlo, whi, glo, ghi := lo, hi, lo, hi
+	if axis == last {
+		wlo, whi, glo, ghi = lo*q.Bits/32, hi*q.Bits/32, lo/g, hi/g
+	}
+	out.Data = sliceBytes(t.Data, words, axis, wlo, whi, 4)
+	ss := q.ScaleDType.Size()
+	q.Scales = sliceBytes(q.Scales, groups, axis, glo, ghi, ss)
+	if q.Biases != nil {
+		q.Biases = sliceBytes(q.Biases, groups, axis, glo, ghi, ss)
+	}
+	return &out, nil
+}
+
+// sliceBytes is [lo, hi) along axis of a row-major array of shape and
+// element size es.
+func sliceBytes(data []byte, shape []int, axis, lo, hi, es int) []byte {
+	outer := 1
+	for _, d := range shape[:axis] {
+		outer *= d
+	}
+	inner := es
+	for _, d := range shape[axis+1:] {
+		inner *= d
+	}
+	stride := shape[axis] * inner
+	if outer == 1 {
+		return data[lo*inner : hi*inner : hi*inner]
+	}
+	out := make([]byte, 0, outer*(hi-lo)*inner)
+	for o := range outer {
+		out = append(out, data[o*stride+lo*inner:o*stride+hi*inner]...)
+	}
+	return out
+}
+
+// String names the rank's share, for logs.
+func (s *Sharding) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "rank %d/%d: heads [%d,%d) kv heads [%d,%d) ffn [%d,%d)", s.Rank, s.Size, s.Heads[0], s.Heads[1], s.KVHeads[0], s.KVHeads[1], s.FFN[0], s.FFN[1])
+	return b.String()
+}

