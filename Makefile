@@ -58,17 +58,19 @@ $(DEPS)/llguidance/.ok: grammar/rust/Cargo.toml grammar/rust/Cargo.lock scripts/
 build: $(DEPS)/mlx/.ok $(DEPS)/llguidance/.ok
 	go build -o bin/provider ./cmd/provider
 
-# A relocatable install: the binary finds the MLX library through a runpath
-# relative to itself ($ORIGIN/../lib/provider/mlx/lib), so PREFIX can be
-# moved or copied whole. The wheel's layout is kept under lib/provider
-# (libmlx.so finds its BLAS in ../../mlx_*.libs).
+# A relocatable install: PREFIX/bin/provider finds the MLX library through
+# a runpath relative to itself ($ORIGIN/../lib/provider/mlx/lib), and the
+# wheels keep their layout under PREFIX/lib/provider (libmlx.so finds its
+# BLAS in ../../mlx_*.libs and, for CUDA, the NVIDIA libraries in
+# ../../nvidia), so PREFIX can be moved or copied whole.
+# `make install PREFIX=DIR MLX_WHEEL=mlx-cuda-13` ships the CUDA 13 backend
+# and every NVIDIA runtime wheel it loads (2.3 to 2.9 GB; the machine needs
+# only the NVIDIA driver); MLX_RUNTIME_PINS pins those wheels' versions
+# (pip requirements). See docs/install.md.
 PREFIX ?= /usr/local
+MLX_RUNTIME_PINS ?=
 install: build
-	install -d $(PREFIX)/bin $(PREFIX)/lib/provider/mlx
-	install -m 0755 bin/provider $(PREFIX)/bin/provider
-	rm -rf $(PREFIX)/lib/provider/mlx/lib
-	cp -a $(DEPS)/mlx/mlx/lib $(PREFIX)/lib/provider/mlx/lib
-	for d in $(DEPS)/mlx/mlx*.libs; do if [ -d "$$d" ]; then rm -rf "$(PREFIX)/lib/provider/$$(basename $$d)"; cp -a "$$d" $(PREFIX)/lib/provider/; fi; done
+	PIP="$(PIP)" DEPS="$(DEPS)" bash scripts/install.sh "$(PREFIX)" "$(MLX_WHEEL)" "$(MLX_VERSION)" "$(MLX_RUNTIME_PINS)"
 
 test: setup build
 	go vet ./...

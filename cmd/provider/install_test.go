@@ -11,6 +11,8 @@ import (
 // TestInstalledTreeRunsElsewhere installs with `make install PREFIX=...`,
 // moves the whole tree, and runs generate from the moved copy: the binary
 // finds the MLX library of the moved tree through its relative runpath.
+// (The CUDA install, MLX_WHEEL=mlx-cuda-13, is checked on a GPU machine:
+// docs/install.md.)
 func TestInstalledTreeRunsElsewhere(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	if err != nil {
@@ -25,6 +27,15 @@ func TestInstalledTreeRunsElsewhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(moved, "bin", "provider")
+	// The installed binary's runpath names the install's library folder
+	// alone, relative to the binary: nothing of the checkout it was built in.
+	dyn, err := exec.Command("readelf", "-d", bin).CombinedOutput()
+	if err != nil {
+		t.Fatalf("readelf: %v\n%s", err, dyn)
+	}
+	if want := "Library runpath: [$ORIGIN/../lib/provider/mlx/lib]"; !strings.Contains(string(dyn), want) {
+		t.Fatalf("the installed binary's runpath is not %q:\n%s", want, dyn)
+	}
 	ldd, err := exec.Command("ldd", bin).CombinedOutput()
 	if err != nil {
 		t.Fatalf("ldd: %v\n%s", err, ldd)
