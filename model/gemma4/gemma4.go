@@ -62,8 +62,14 @@ func New(cfg model.Config, w *model.Weights) (*Model, error) {
 		if x == nil {
 			return nil, fmt.Errorf("gemma4: %w: %s", model.ErrMissingTensor, s.Name)
 		}
-		if !x.Quantized() && !slices.Equal(x.W.Shape(), s.Shape) {
-			return nil, fmt.Errorf("gemma4: %w: %s has shape %v, want %v", model.ErrBadConfig, s.Name, x.W.Shape(), s.Shape)
+		want := s.Shape
+		if x.Gather.Valid() {
+			// A vocabulary-split head: the rank's rows of it.
+			want = slices.Clone(want)
+			want[0] /= x.Gather.Size()
+		}
+		if !x.Quantized() && !slices.Equal(x.W.Shape(), want) {
+			return nil, fmt.Errorf("gemma4: %w: %s has shape %v, want %v", model.ErrBadConfig, s.Name, x.W.Shape(), want)
 		}
 		if x.Quantized() && len(s.Shape) != 2 {
 			return nil, fmt.Errorf("gemma4: %w: quantized %s", model.ErrUnsupportedType, s.Name)

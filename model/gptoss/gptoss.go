@@ -23,9 +23,11 @@ type affine struct {
 }
 
 // apply rounds a dense product and its bias once, as a fused linear layer
-// does; a packed product is rounded before its bias is added.
+// does; a packed product is rounded before its bias is added, and so is a
+// product summed over the ranks of a tensor-parallel split (its bias is
+// added once, after the sum).
 func (a affine) apply(f *mlx.Frame, x mlx.Array) mlx.Array {
-	if a.w.Quantized() {
+	if a.w.Quantized() || a.w.Reduce.Valid() {
 		return f.Add(a.w.Linear(f, x), a.b)
 	}
 	return f.AddMM(a.b, x, f.Transpose(a.w.W, 1, 0), 1, 1)
@@ -45,6 +47,11 @@ type expertStack struct {
 // [N, k, 1, out]. Sorted, x is [M, 1, in] and idx [M] ascending: the result
 // is [M, 1, out].
 func (e *expertStack) apply(f *mlx.Frame, x, idx mlx.Array, sorted bool) mlx.Array {
+	return f.Add(e.product(f, x, idx, sorted), f.ExpandDims(f.Take(e.bias, idx, 0), -2))
+}
+
+// product is apply without the biases.
+func (e *expertStack) product(f *mlx.Frame, x, idx mlx.Array, sorted bool) mlx.Array {
 	var y mlx.Array
 	switch w := e.w; {
 	case w.Quantized():
@@ -54,14 +61,17 @@ func (e *expertStack) apply(f *mlx.Frame, x, idx mlx.Array, sorted bool) mlx.Arr
 	default:
 		y = f.GatherMM(x, f.SwapAxes(w.W, -1, -2), mlx.Array{}, idx, sorted)
 	}
-	return f.Add(y, f.ExpandDims(f.Take(e.bias, idx, 0), -2))
+	return y
 }
 
 // experts is a layer's mixture: the gate and up projections either apart
 // or fused with their output features alternating gate, up (gateUp).
+// partial: the rank holds a slice of every expert's width (see
+// model.Sharding), so its down products are partial sums that the mixture
+// sums over the ranks before it adds the down biases.
 type experts struct {
 	gate, up, gateUp, down expertStack
-	fused                  bool
+	fused, partial         bool
 }
 
 type layer struct {
@@ -136,6 +146,9 @@ func New(cfg model.Config, w *model.Weights) (*Model, error) {
 		default:
 			b.fail(fmt.Errorf("%w: %s: no expert tensors", model.ErrMissingTensor, e))
 		}
+		if d := l.moe.down.w; d != nil && d.Reduce.Valid() && g.ExpertRange[1] == 0 {
+			l.moe.partial = true
+		}
 		kind := cfg.Kinds[i]
 		if kind.SharedFrom >= 0 || kind.KVHeads != cfg.KVHeads || kind.HeadDim != cfg.HeadDim || kind.Window < 0 {
 			b.fail(fmt.Errorf("%w: layer %d kind %+v", model.ErrBadConfig, i, kind))
@@ -185,7 +198,7 @@ func (b *binder) matrix(name string) *model.Weight {
 		return x
 	}
 	base := strings.TrimSuffix(name, ".weight")
-	joined := &model.Weight{W: x.W, Bits: level.Bits, GroupSize: level.GroupSize, Mode: level.Mode}
+	joined := &model.Weight{W: x.W, Bits: level.Bits, GroupSize: level.GroupSize, Mode: level.Mode, Reduce: x.Reduce, Gather: x.Gather}
 	if s := b.vector(base + ".scales"); s != nil {
 		joined.Scales = s.W
 	}
@@ -290,6 +303,15 @@ func (m *Model) mixture(f *mlx.Frame, l *layer, h mlx.Array) mlx.Array {
 	scores := l.router.apply(f, x)
 	idx := f.Slice(f.Argpartition(scores, E-K, -1), []int{0, E - K}, []int{N, E})
 	weights := f.Softmax(f.TakeAlongAxis(scores, idx, -1), -1, true)
+	if lo, hi := m.facts.ExpertRange[0], m.facts.ExpertRange[1]; hi > 0 {
+		// The rank holds experts [lo, hi): a choice of another's weighs
+		// nothing here (it runs as the rank's first expert) and is summed
+		// in by the rank that holds it.
+		local := f.Subtract(idx, f.ScalarInt(lo))
+		own := f.Multiply(f.Greater(local, f.ScalarInt(-1)), f.Less(local, f.ScalarInt(hi-lo)))
+		idx = f.AsType(f.Where(own, local, f.ScalarInt(0)), idx.Dtype())
+		weights = f.Where(own, weights, f.AsType(f.Scalar(0), weights.Dtype()))
+	}
 
 	var out mlx.Array
 	if N*K < sortAt {
@@ -308,7 +330,15 @@ func (m *Model) mixture(f *mlx.Frame, l *layer, h mlx.Array) mlx.Array {
 		out = f.Reshape(f.Take(y, f.Argsort(order, 0), 0), N, K, 1, H)
 	}
 	out = f.Multiply(f.Squeeze(out, -2), f.ExpandDims(weights, -1))
-	return f.Reshape(f.Sum(out, -2, false), B, T, H)
+	y := f.Sum(out, -2, false) // [N, H]
+	if g := l.moe.down.w.Reduce; g.Valid() {
+		y = f.AllSum(y, g)
+		if l.moe.partial {
+			bias := f.Multiply(f.Take(l.moe.down.bias, idx, 0), f.ExpandDims(weights, -1))
+			y = f.Add(y, f.Sum(bias, -2, false))
+		}
+	}
+	return f.Reshape(y, B, T, H)
 }
 
 // experts runs the routed rows through their experts' MLPs (see
@@ -329,6 +359,9 @@ func (m *Model) experts(f *mlx.Frame, e *experts, x, idx mlx.Array, sorted bool)
 		gate, up = half(0), half(1)
 	} else {
 		up, gate = e.up.apply(f, x, idx, sorted), e.gate.apply(f, x, idx, sorted)
+	}
+	if e.partial {
+		return e.down.product(f, m.swiglu(f, gate, up), idx, sorted)
 	}
 	return e.down.apply(f, m.swiglu(f, gate, up), idx, sorted)
 }
