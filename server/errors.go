@@ -72,6 +72,7 @@ var refusalMessages = map[string]string{
 	"reslice_floor":      "Loading this model would leave a loaded model too little KV cache; retry elsewhere.",
 	"engine_init_failed": "The model's engine could not be started; retry elsewhere.",
 	"unsupported_model":  "This server cannot serve the model; retry elsewhere.",
+	"rank_lost":          "A process serving the model is gone; retry elsewhere.",
 }
 
 func invalidRequest(code, message string) outcome {

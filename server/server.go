@@ -355,7 +355,7 @@ func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
 	loading := s.loading
 	s.mu.Unlock()
 	models := s.graph.Models()
-	status := "ok"
+	status, reason := "ok", ""
 	switch {
 	case s.draining.Load():
 		status = "draining"
@@ -364,7 +364,9 @@ func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
 	default:
 		for _, m := range models {
 			if l, ok := m.Generator.(Liveness); ok && l.Err() != nil {
-				status = "unavailable"
+				// The reason is a closed refusal code, when the error
+				// has one (a lost tensor-parallel rank: rank_lost).
+				status, reason = "unavailable", slots.Reason(l.Err())
 				break
 			}
 		}
@@ -373,7 +375,11 @@ func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
 	if status != "ok" {
 		code = http.StatusServiceUnavailable
 	}
-	b, _ := json.Marshal(map[string]string{"status": status})
+	body := map[string]string{"status": status}
+	if reason != "" {
+		body["reason"] = reason
+	}
+	b, _ := json.Marshal(body)
 	writeJSON(w, code, b)
 }
 

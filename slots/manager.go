@@ -474,7 +474,7 @@ func (m *Manager) Close() {
 
 // Reason is the closed refusal reason of err ("" when it has none).
 func Reason(err error) string {
-	for _, r := range []error{ErrNoHeadroom, ErrResliceFloor, ErrEngineInit, ErrUnsupported} {
+	for _, r := range []error{ErrNoHeadroom, ErrResliceFloor, ErrEngineInit, ErrUnsupported, ErrRankLost} {
 		if errors.Is(err, r) {
 			return r.Error()
 		}

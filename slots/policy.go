@@ -37,6 +37,9 @@ var (
 	// ErrUnsupported: the model's architecture has no adapter, or its file
 	// is not a model this provider can load.
 	ErrUnsupported = errors.New("unsupported_model")
+	// ErrRankLost: the model runs over tensor-parallel ranks and one of
+	// them is gone.
+	ErrRankLost = errors.New("rank_lost")
 )
 
 // MemoryCap is what the provider may use out of memory bytes (device

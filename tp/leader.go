@@ -10,9 +10,11 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/goprovider/provider/kvpool"
@@ -87,6 +89,7 @@ func Start(opt Options, join func(fn func())) (*Group, error) {
 	if !avail {
 		return nil, fmt.Errorf("tp: MLX backend %q is not available in this build", opt.Backend)
 	}
+	ignoreSIGPIPE()
 	if opt.Command == nil {
 		exe, err := os.Executable()
 		if err != nil {
@@ -112,7 +115,10 @@ func Start(opt Options, join func(fn func())) (*Group, error) {
 	defer ln.Close()
 	base := append(os.Environ(), env...)
 	base = append(base, envSize+"="+strconv.Itoa(opt.Size), envControl+"="+ln.Addr().String(), envBackend+"="+opt.Backend)
+	// One Wait per worker: while joining, an exit fails the start; after,
+	// it loses the group.
 	exited := make(chan error, opt.Size)
+	joinedC := make(chan struct{})
 	for r := 1; r < opt.Size; r++ {
 		cmd := exec.Command(opt.Command[0], opt.Command[1:]...)
 		cmd.Env = append(slices.Clone(base), envRank+"="+strconv.Itoa(r), "MLX_RANK="+strconv.Itoa(r))
@@ -124,7 +130,15 @@ func Start(opt Options, join func(fn func())) (*Group, error) {
 		}
 		g.procs = append(g.procs, cmd)
 		go prefixLines(opt.Log, fmt.Sprintf("[rank %d] ", r), out)
-		go func() { exited <- fmt.Errorf("tp: rank %d exited while joining: %v", r, cmd.Wait()) }()
+		go func() {
+			err := cmd.Wait()
+			select {
+			case <-joinedC:
+				g.fail(fmt.Errorf("%w: rank %d exited (%v)", ErrRankLost, r, err))
+			default:
+				exited <- fmt.Errorf("tp: rank %d exited while joining: %v", r, err)
+			}
+		}()
 	}
 	g.peers = make([]*peer, opt.Size-1)
 	accepted := make(chan error, 1)
@@ -181,14 +195,9 @@ func Start(opt Options, join func(fn func())) (*Group, error) {
 		g.kill()
 		return nil, fmt.Errorf("tp: the %s group has %d ranks, want %d", opt.Backend, g.mlx.Size(), opt.Size)
 	}
+	close(joinedC)
 	for _, p := range g.peers {
 		go g.read(p)
-	}
-	for r, cmd := range g.procs {
-		go func() {
-			err := cmd.Wait()
-			g.fail(fmt.Errorf("%w: rank %d exited (%v)", ErrRankLost, r+1, err))
-		}()
 	}
 	return g, nil
 }
@@ -289,11 +298,21 @@ func (g *Group) Lost() error {
 	return g.lost
 }
 
-// LostC is closed when the group is lost.
-func (g *Group) LostC() <-chan struct{} { return g.lostCh }
+// LostC is closed when the group is lost (never for a nil Group).
+func (g *Group) LostC() <-chan struct{} {
+	if g == nil {
+		return nil
+	}
+	return g.lostCh
+}
 
-// Size is the number of ranks.
-func (g *Group) Size() int { return g.size }
+// Size is the number of ranks (1 for a nil Group).
+func (g *Group) Size() int {
+	if g == nil {
+		return 1
+	}
+	return g.size
+}
 
 // MLX is the MLX group the collectives run over (the zero Group for one
 // rank).
@@ -436,3 +455,11 @@ func (l *Leader) Forward(f *mlx.Frame, b *kvpool.Batch) mlx.Array {
 }
 
 var _ model.Network = (*Leader)(nil)
+
+// ignoreSIGPIPE makes a write to a lost peer an error instead of the end of
+// the process: the backends' sockets are written from threads Go does not
+// own, where an unwanted SIGPIPE takes the signal's default action. Wanted
+// through Notify, it is only delivered (and dropped: nothing reads the
+// channel), and the write fails with EPIPE. Unlike an ignored disposition,
+// this survives mlx.RestoreSignals.
+func ignoreSIGPIPE() { signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE) }

@@ -32,6 +32,7 @@ func RunWorker() error {
 	if err != nil || rank < 1 {
 		return fmt.Errorf("tp: worker: %s=%q", envRank, os.Getenv(envRank))
 	}
+	ignoreSIGPIPE()
 	conn, err := net.Dial("tcp", os.Getenv(envControl))
 	if err != nil {
 		return fmt.Errorf("tp: worker %d: control: %w", rank, err)

@@ -32,6 +32,7 @@ func runGenerate(args []string) error {
 	topK := fs.Int("top-k", 0, "sample among the k most likely tokens; 0 is no limit")
 	seed := fs.Int64("seed", -1, "sampling seed; negative picks one at random")
 	device := fs.String("device", "auto", "auto, cpu or gpu")
+	tf := addTPFlags(fs)
 	cmd := command{name: "generate", synopsis: "Stream a completion of one prompt to stdout (statistics to stderr). Without --prompt, a prompt piped on stdin is read; from a terminal, generation starts from the BOS token alone. A first Ctrl-C stops the generation, a second exits at once.",
 		env: map[string]string{"device": "PROVIDER_CPU_THREADS, PROVIDER_CPU_INT8"}}
 	if err := cmd.parse(fs, args, os.Stdout); err != nil {
@@ -45,6 +46,9 @@ func runGenerate(args []string) error {
 		*prompt = strings.TrimRight(string(b), "\n")
 	}
 	if err := mf.check("generate"); err != nil {
+		return err
+	}
+	if err := tf.check("generate", mf); err != nil {
 		return err
 	}
 	if *maxTokens < 0 {
@@ -84,6 +88,11 @@ func runGenerate(args []string) error {
 
 	th := mlx.NewThread()
 	defer th.Close()
+	group, err := tf.start(th)
+	if err != nil {
+		return fmt.Errorf("generate: %w", err)
+	}
+	defer group.Close()
 	var stats generate.Stats
 	th.Do(func() {
 		s, derr := stream(*device)
@@ -93,17 +102,19 @@ func runGenerate(args []string) error {
 		}
 		defer s.Free()
 		cpuNumerics(&m.Config, s)
-		w, uerr := upload(s)
-		if uerr != nil {
-			err = uerr
+		var net model.Network
+		var w *model.Weights
+		if group.Size() > 1 {
+			net, w, _, err = loadShard(group, *mf.model, *device, m, s)
+		} else if w, err = upload(s); err == nil {
+			if net, err = family.Build(m.Config, w); err != nil {
+				w.Free()
+			}
+		}
+		if err != nil {
 			return
 		}
 		defer w.Free()
-		net, berr := family.Build(m.Config, w)
-		if berr != nil {
-			err = berr
-			return
-		}
 		defer net.Close()
 		stats, err = generate.Run(ctx, s, net, ids, generate.Options{
 			MaxTokens: *maxTokens,

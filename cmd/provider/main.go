@@ -8,6 +8,7 @@ package main
 
 import (
 	"errors"
+	"github.com/goprovider/provider/tp"
 
 	"fmt"
 	"github.com/goprovider/provider/bench"
@@ -46,6 +47,14 @@ func main() {
 		err = runConvert(os.Args[2:], os.Stdout)
 	case "version", "--version":
 		err = runVersion(os.Stdout)
+	case "tp-worker":
+		// A tensor-parallel rank that serve or generate --tp started; its
+		// environment says which.
+		if !tp.IsWorker() {
+			fmt.Fprintln(os.Stderr, "provider: tp-worker runs only as a rank started by --tp")
+			os.Exit(2)
+		}
+		err = tp.RunWorker()
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"github.com/goprovider/provider/cache"
+	"github.com/goprovider/provider/tp"
 	"io"
 	"log/slog"
 	"net"
@@ -50,6 +51,10 @@ type loadedModel struct {
 	disk *cache.Disk // the prefix cache's SSD tier; nil when off
 	// vision is the model's vision tower; nil for a text-only model.
 	vision stages.Vision
+	// group runs the model over tensor-parallel ranks, as its slot there;
+	// nil on one process.
+	group *tp.Group
+	slot  int
 }
 
 func (l *loadedModel) close() {
@@ -80,6 +85,9 @@ func (l *loadedModel) close() {
 	})
 	l.th.Close()
 	l.m.Close()
+	if l.group != nil {
+		l.group.Unload(l.slot)
+	}
 }
 
 func runServe(args []string) error {
@@ -102,6 +110,7 @@ func runServe(args []string) error {
 	coordinator := fs.String("coordinator", "", "ws:// or wss:// URL of a coordinator (HOST/ws/provider) to join its network")
 	noAuth := fs.Bool("no-auth", false, "serve the HTTP API without a bearer token (loopback addresses only)")
 	tokenFile := fs.String("token-file", "", "bearer token `file` of the HTTP API, created 0600 on first run (default provider/token in the user's configuration directory)")
+	tf := addTPFlags(fs)
 	addConfigFlag(fs)
 	cmd := command{name: "serve", config: serveConfigKeys(),
 		synopsis: "Serve models over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, /v1/models, /health, /metrics). The --model models load and pass a one-token self-test before the port opens; --models-dir models load on demand.",
@@ -118,6 +127,9 @@ func runServe(args []string) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	if err := mf.check("serve"); err != nil {
+		return err
+	}
+	if err := tf.check("serve", mf); err != nil {
 		return err
 	}
 	if *maxSlots < 1 {
@@ -158,7 +170,19 @@ func runServe(args []string) error {
 		idle = -1
 	}
 
-	ld := &serveLoader{mf: mf, device: *device, log: log, conc: conc, prefixBytes: int64(prefixBytes), ctxSize: *ctxSize, archs: family.Supported(),
+	// With --tp, the workers start and the group forms before any model
+	// loads; every model is then split over it.
+	joinThread := mlx.NewThread()
+	defer joinThread.Close()
+	group, err := tf.start(joinThread)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	defer group.Close()
+	if group.Size() > 1 {
+		log.Info("tensor parallelism", "ranks", group.Size(), "backend", *tf.backend)
+	}
+	ld := &serveLoader{mf: mf, tp: group, device: *device, log: log, conc: conc, prefixBytes: int64(prefixBytes), ctxSize: *ctxSize, archs: family.Supported(),
 		entries: map[string]catalogEntry{}, probed: map[string]slots.Info{}}
 	for _, e := range catalog {
 		ld.entries[e.name] = e
@@ -270,6 +294,27 @@ func runServe(args []string) error {
 	case name := <-dead:
 		failed = fmt.Errorf("serve: engine_init_failed: the engine of %s died and could not be rebuilt; no model left serving", name)
 		log.Error("no healthy model left; exiting", "model", name)
+	case <-group.LostC():
+		// Every model runs over the group: none can serve. Running
+		// streams have ended with an error frame; /health said 503
+		// rank_lost until now.
+		failed = fmt.Errorf("serve: %w: %w", slots.ErrRankLost, group.Lost())
+		log.Error("a tensor-parallel rank was lost; exiting", "err", group.Lost(), "after", rankLostGrace.String())
+		// For a while the server stays up to say so: /health answers 503
+		// rank_lost and requests 503 rank_lost, then it exits non-zero
+		// for its supervisor to restart the group.
+		select {
+		case <-time.After(rankLostGrace):
+		case <-sig:
+		}
+		// A step caught in a collective when the rank died may never
+		// return, so the engines cannot drain (the deferred unloads
+		// would wait on it): the streams have ended (see
+		// slotGen.watchRanks); stop the other ranks and exit.
+		group.Close()
+		log.Error("stopped after losing a tensor-parallel rank")
+		fmt.Fprintln(os.Stderr, "provider:", failed)
+		os.Exit(1)
 	case <-sig:
 		log.Info("shutting down; a second signal exits at once", "drain", drainTimeout.String())
 		go func() {
@@ -293,6 +338,10 @@ func runServe(args []string) error {
 	log.Info("stopped")
 	return failed
 }
+
+// rankLostGrace is how long serve keeps answering 503 rank_lost after a
+// tensor-parallel rank is lost, before it exits.
+const rankLostGrace = 5 * time.Second
 
 // serveSlots is the server's view of the slot manager.
 type serveSlots struct {
@@ -375,7 +424,7 @@ func deviceMemory(device string) (memorySource, error) {
 
 // loadModel opens a model, uploads its weights and binds its family's
 // forward pass on a new MLX thread.
-func loadModel(open func() (*model.Model, string, uploader, error), device string) (*loadedModel, error) {
+func loadModel(open func() (*model.Model, string, uploader, error), device string, group *tp.Group, path string) (*loadedModel, error) {
 	m, name, upload, err := open()
 	if err != nil {
 		return nil, err
@@ -386,6 +435,11 @@ func loadModel(open func() (*model.Model, string, uploader, error), device strin
 			return
 		}
 		cpuNumerics(&m.Config, l.s)
+		if group.Size() > 1 {
+			l.net, l.w, l.slot, err = loadShard(group, path, device, m, l.s)
+			l.group = group
+			return
+		}
 		if l.w, err = upload(l.s); err != nil {
 			return
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/goprovider/provider/tp"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -108,6 +109,9 @@ type serveLoader struct {
 	prefixBytes int64
 	ctxSize     int // --ctx-size: caps every model's context (0: none)
 	archs       []string
+	// tp runs every model over tensor-parallel ranks (a group of one:
+	// this process alone).
+	tp *tp.Group
 	// clock and beforeStep reach every engine (tests: a mock clock, and a
 	// hook that freezes steps); nil is the wall clock and no hook.
 	clock      clock.Clock
@@ -224,6 +228,14 @@ func (sl *serveLoader) Probe(name string) (slots.Info, error) {
 	if sl.archs != nil && !slices.Contains(sl.archs, m.Config.Arch) {
 		return slots.Info{}, fmt.Errorf("%w: architecture %q has no adapter", slots.ErrUnsupported, m.Config.Arch)
 	}
+	if n := sl.tp.Size(); n > 1 {
+		// This process holds rank 0's share, the largest: its weights
+		// and its KV heads are what the budget must hold here.
+		if _, err := m.Shard(0, n); err != nil {
+			return slots.Info{}, fmt.Errorf("%w: %w", slots.ErrUnsupported, err)
+		}
+		weights = m.WeightBytes()
+	}
 	// The most its rows can hold: every row at the full context, at
 	// float32 (the widest activation type) when the context is known.
 	var most int64
@@ -258,7 +270,7 @@ func (sl *serveLoader) Load(_ context.Context, name string, grant int64) (slots.
 			sl.capContext(name, &m.Config)
 		}
 		return m, name, up, err
-	}, sl.device)
+	}, sl.device, sl.tp, e.path)
 	if err != nil {
 		return nil, err
 	}
@@ -278,7 +290,7 @@ func (sl *serveLoader) Load(_ context.Context, name string, grant int64) (slots.
 		clk = clock.New()
 	}
 	inst := &slotInstance{l: l, opt: opt, grant: grant, srv: sl.srv, log: sl.log, clk: clk}
-	inst.gen.eng = l.eng
+	inst.gen.eng, inst.gen.group = l.eng, l.group
 	if err := selfTest(context.Background(), name, &inst.gen, l.m.Tokenizer.BOS()); err != nil {
 		l.close()
 		return nil, err
@@ -319,7 +331,11 @@ func (sl *serveLoader) prefix(l *loadedModel, e catalogEntry, grant int64) (engi
 		if prefix.Namespace, err = prefixNamespace(sl.weightExtra(e), []string{e.path}, l.net.Config()); err != nil {
 			return prefix, fmt.Errorf("serve: %s: %w", l.name, err)
 		}
-		if os.Getenv("PROVIDER_PREFIX_CACHE_SSD") != "0" {
+		if sl.tp.Size() > 1 {
+			// A block read back from disk would fill only this rank's
+			// share of the KV heads.
+			sl.log.Info("prefix cache SSD tier off under --tp", "model", l.name)
+		} else if os.Getenv("PROVIDER_PREFIX_CACHE_SSD") != "0" {
 			dir := prefixDir(l.name)
 			d, err := cache.OpenDisk(cache.DiskOptions{Dir: dir, Queue: int(max(4, min(64, diskQueueBytes/max(block, 1))))})
 			if err != nil {
@@ -340,6 +356,8 @@ func (sl *serveLoader) prefix(l *loadedModel, e catalogEntry, grant int64) (engi
 type slotGen struct {
 	mu  sync.Mutex
 	eng *engine.Engine
+	// group is the tensor-parallel group the model runs over (nil: none).
+	group *tp.Group
 }
 
 func (g *slotGen) cur() *engine.Engine {
@@ -357,10 +375,71 @@ func (g *slotGen) swap(e *engine.Engine) *engine.Engine {
 }
 
 func (g *slotGen) Submit(ctx context.Context, gen engine.Generation) (<-chan engine.Event, error) {
-	return g.cur().Submit(ctx, gen)
+	if err := g.lost(); err != nil {
+		return nil, err
+	}
+	events, err := g.cur().Submit(ctx, gen)
+	if err != nil || g.group.Size() == 1 {
+		return events, err
+	}
+	return g.watchRanks(events), nil
 }
-func (g *slotGen) Stats() engine.Stats                   { return g.cur().Stats() }
-func (g *slotGen) Err() error                            { return g.cur().Err() }
+
+// rankLostWait is how long a stream waits for its engine after the group
+// lost a rank: a step caught in a collective when its peer died may never
+// return, and the stream must still end.
+const rankLostWait = 2 * time.Second
+
+// watchRanks forwards a stream's events and, when the group loses a rank
+// and the engine sends nothing for rankLostWait, ends the stream itself
+// with an error (the engine's later events are drained and dropped).
+func (g *slotGen) watchRanks(in <-chan engine.Event) <-chan engine.Event {
+	out := make(chan engine.Event, 1)
+	go func() {
+		defer close(out)
+		lost := g.group.LostC()
+		var timeout <-chan time.Time
+		for {
+			select {
+			case ev, ok := <-in:
+				if !ok {
+					return
+				}
+				out <- ev
+				continue
+			case <-lost:
+				lost, timeout = nil, time.After(rankLostWait)
+				continue
+			case <-timeout:
+			}
+			out <- engine.Event{Kind: engine.EventError, Err: g.lost()}
+			go func() {
+				for range in {
+				}
+			}()
+			return
+		}
+	}()
+	return out
+}
+
+// lost is the refusal of a model whose tensor-parallel group lost a rank.
+func (g *slotGen) lost() error {
+	if err := g.group.Lost(); err != nil {
+		return fmt.Errorf("%w: %w", slots.ErrRankLost, err)
+	}
+	return nil
+}
+
+func (g *slotGen) Stats() engine.Stats { return g.cur().Stats() }
+
+// Err is the engine's fatal error, or the group's loss.
+func (g *slotGen) Err() error {
+	if err := g.lost(); err != nil {
+		return err
+	}
+	return g.cur().Err()
+}
 func (g *slotGen) CacheStats() (st cache.Stats, ok bool) { return g.cur().CacheStats() }
 
 // slotInstance is a loaded model as the slot manager drives it.
@@ -398,6 +477,9 @@ const rebuildWait = 30 * time.Second
 // thread and grant takes new requests; the old one drains in the
 // background (its rows end when its step returns).
 func (si *slotInstance) Rebuild() error {
+	if err := si.gen.lost(); err != nil {
+		return err
+	}
 	si.mu.Lock()
 	opt := si.opt
 	opt.KVCapacity = si.grant

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/goprovider/provider/mlx"
+	"github.com/goprovider/provider/model"
+	"github.com/goprovider/provider/tp"
+)
+
+// tpFlags are the tensor-parallel flags of generate and serve.
+type tpFlags struct {
+	size    *int
+	backend *string
+}
+
+func addTPFlags(fs *flag.FlagSet) *tpFlags {
+	return &tpFlags{
+		size: fs.Int("tp", 1, "tensor-parallel `ranks`: split each model's heads and feed-forward width over this many processes (this one and tp-1 workers it starts on this machine)"),
+		backend: fs.String("dist-backend", "ring", "MLX distributed `backend` of --tp: "+strings.Join(tp.Backends, ", ")+
+			" (ring: TCP, any machine; nccl: NVIDIA GPUs; jaccl: RDMA between Macs; mpi: under an MPI launcher)"),
+	}
+}
+
+// check refuses what tensor parallelism cannot run.
+func (tf *tpFlags) check(cmd string, mf *modelFlags) error {
+	switch {
+	case *tf.size < 1:
+		return usageError{fmt.Sprintf("%s: --tp %d: must be at least 1", cmd, *tf.size)}
+	case !slices.Contains(tp.Backends, *tf.backend):
+		return usageError{fmt.Sprintf("%s: --dist-backend %q: want one of %s", cmd, *tf.backend, strings.Join(tp.Backends, ", "))}
+	case *tf.size > 1 && mf.isDummy():
+		return usageError{fmt.Sprintf("%s: --tp with --dummy-weights is not supported yet: the ranks cannot yet build the same random weights", cmd)}
+	}
+	return nil
+}
+
+// start launches the group's workers and joins it on th; a group of one
+// starts nothing.
+func (tf *tpFlags) start(th *mlx.Thread) (*tp.Group, error) {
+	return tp.Start(tp.Options{Size: *tf.size, Backend: *tf.backend}, th.Do)
+}
+
+// loadShard loads m (its config settled) over g on stream s: every rank
+// its share, the leader's wrapped so each step runs on all of them. It
+// runs on the MLX thread.
+func loadShard(g *tp.Group, path, device string, m *model.Model, s mlx.Stream) (model.Network, *model.Weights, int, error) {
+	spec := tp.LoadSpec{Path: path, Device: device, Config: m.Config}
+	var shard *tp.Shard
+	slot, err := g.Load(spec, func() (err error) {
+		shard, err = tp.LoadShard(m, s, g.MLX())
+		return err
+	})
+	if err != nil {
+		if shard != nil {
+			shard.Free()
+		}
+		return nil, nil, 0, err
+	}
+	return g.NewLeader(slot, shard.Net), shard.Weights, slot, nil
+}
