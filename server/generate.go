@@ -90,7 +90,15 @@ func (x *exchange) serve() {
 			defer release()
 		}
 	}
+	// A large body runs through the stages in the large lane, so that
+	// small requests always find a stage worker (bodyBudget).
+	leave, err := s.bodies.enter(ctx, len(body))
+	if err != nil {
+		x.fail(err)
+		return
+	}
 	st, err := s.graph.Submit(ctx, stages.Input{Endpoint: x.endpoint, Body: body, CallerID: x.r.Header.Get("X-Request-ID")})
+	leave()
 	// Admitted or refused, the request has left the intake.
 	body = nil
 	release()
