@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"regexp"
+	"slices"
 	"strconv"
 
 	"github.com/goprovider/provider/gguf"
@@ -12,13 +13,17 @@ import (
 	"github.com/goprovider/provider/tokenizer"
 )
 
-func openGGUF(path string) (*Model, error) {
+func openGGUF(path string, lazy bool) (*Model, error) {
 	f, err := gguf.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("model: %w", err)
 	}
 	m := &Model{Format: "gguf", Path: path, closers: []io.Closer{f}}
-	if err := m.readGGUF(f); err != nil {
+	err = m.readGGUF(f)
+	if err == nil && !lazy {
+		err = m.materialize()
+	}
+	if err != nil {
 		m.Close()
 		return nil, fmt.Errorf("model: %s: %w", path, err)
 	}
@@ -71,7 +76,7 @@ func (m *Model) readGGUF(f *gguf.File) error {
 		if !ok {
 			return fmt.Errorf("%w: unexpected tensor %q for %s", ErrBadConfig, ti.Name, arch)
 		}
-		t, err := ggufTensor(f, ti, name)
+		t, err := ggufLazy(f, ti, name)
 		if err != nil {
 			return err
 		}
@@ -218,6 +223,85 @@ func ggufTensor(f *gguf.File, ti gguf.TensorInfo, name string) (*Tensor, error) 
 	if err != nil {
 		return nil, err
 	}
+	return convertGGUF(ti, data, name)
+}
+
+// ggufRaw is a GGUF tensor not yet converted: its type and its bytes, row
+// by row (a row is cols/BlockSize blocks). Slicing it before conversion
+// converts only the part a tensor-parallel rank keeps.
+type ggufRaw struct {
+	info gguf.TensorInfo
+	data []byte
+}
+
+// ggufLazy records a tensor for conversion by materialize: float tensors
+// (a view of the file, nothing to convert) at once, others on demand.
+func ggufLazy(f *gguf.File, ti gguf.TensorInfo, name string) (*Tensor, error) {
+	switch ti.Type {
+	case gguf.F32, gguf.F16, gguf.BF16:
+		return ggufTensor(f, ti, name)
+	}
+	data, err := f.TensorData(ti)
+	if err != nil {
+		return nil, err
+	}
+	shape := make([]int, len(ti.Dims))
+	for i, d := range ti.Dims {
+		if d > math.MaxInt32 {
+			return nil, fmt.Errorf("%w: %s dimension %d", ErrBadConfig, ti.Name, d)
+		}
+		shape[len(ti.Dims)-1-i] = int(d)
+	}
+	return &Tensor{Name: name, Shape: shape, GGMLType: ti.Type.String(), raw: &ggufRaw{info: ti, data: data}}, nil
+}
+
+// sliceRaw is part p of an unconverted matrix: rows, or whole blocks of
+// every row.
+func (t *Tensor) sliceRaw(p Part, axis int) (*Tensor, error) {
+	r := t.raw
+	bs, ts := r.info.Type.BlockSize(), r.info.Type.TypeSize()
+	if len(t.Shape) != 2 || bs == 0 || t.Shape[1]%bs != 0 {
+		return nil, fmt.Errorf("%s: slice of a %v %s tensor", t.Name, t.Shape, r.info.Type)
+	}
+	rowBytes := t.Shape[1] / bs * ts
+	out := *t
+	out.Shape = slices.Clone(t.Shape)
+	out.Shape[axis] = p.Hi - p.Lo
+	info := r.info
+	info.Dims = []uint64{uint64(out.Shape[1]), uint64(out.Shape[0])}
+	if axis == 0 {
+		out.raw = &ggufRaw{info: info, data: r.data[p.Lo*rowBytes : p.Hi*rowBytes : p.Hi*rowBytes]}
+		return &out, nil
+	}
+	if p.Lo%bs != 0 || p.Hi%bs != 0 {
+		return nil, fmt.Errorf("%s: columns [%d, %d) cut %s blocks of %d", t.Name, p.Lo, p.Hi, r.info.Type, bs)
+	}
+	lo, hi := p.Lo/bs*ts, p.Hi/bs*ts
+	data := make([]byte, 0, t.Shape[0]*(hi-lo))
+	for row := range t.Shape[0] {
+		data = append(data, r.data[row*rowBytes+lo:row*rowBytes+hi]...)
+	}
+	out.raw = &ggufRaw{info: info, data: data}
+	return &out, nil
+}
+
+// materialize converts every tensor still in its GGUF form.
+func (m *Model) materialize() error {
+	for name, t := range m.Tensors {
+		if t.raw == nil {
+			continue
+		}
+		c, err := convertGGUF(t.raw.info, t.raw.data, t.Name)
+		if err != nil {
+			return err
+		}
+		m.Tensors[name] = c
+	}
+	return nil
+}
+
+// convertGGUF converts one GGUF tensor's bytes (see ggufTensor).
+func convertGGUF(ti gguf.TensorInfo, data []byte, name string) (*Tensor, error) {
 	shape := make([]int, len(ti.Dims))
 	for i, d := range ti.Dims {
 		if d > math.MaxInt32 {

@@ -26,7 +26,14 @@ type Model struct {
 }
 
 // Open loads a GGUF file or an HF/MLX checkpoint directory.
-func Open(path string) (*Model, error) {
+func Open(path string) (*Model, error) { return open(path, false) }
+
+// OpenToShard is Open for a model about to be sharded (Model.Shard): a
+// GGUF file's quantized tensors are converted only once sliced, so a rank
+// converts and holds only its part. Shard and Upload convert what remains.
+func OpenToShard(path string) (*Model, error) { return open(path, true) }
+
+func open(path string, lazy bool) (*Model, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("model: %w", err)
@@ -34,7 +41,7 @@ func Open(path string) (*Model, error) {
 	if st.IsDir() {
 		return openHF(path)
 	}
-	return openGGUF(path)
+	return openGGUF(path, lazy)
 }
 
 // Close releases the file mappings behind the host tensors.
@@ -103,6 +110,9 @@ func (m *Model) Upload(s mlx.Stream) (*Weights, error) { return m.UploadProgress
 // UploadProgress is Upload that reports, after each tensor, the host bytes
 // uploaded so far and the total (report may be nil).
 func (m *Model) UploadProgress(s mlx.Stream, report func(done, total int64)) (*Weights, error) {
+	if err := m.materialize(); err != nil {
+		return nil, err
+	}
 	var total, done int64
 	for _, t := range m.Tensors {
 		total += int64(t.Bytes())

@@ -212,6 +212,10 @@ func groupUnit(tensors map[string]*Tensor) int {
 		if t.Quant != nil && t.Quant.GroupSize > u {
 			u = t.Quant.GroupSize
 		}
+		if t.raw != nil && t.raw.info.Type.BlockSize() > u {
+			// An unconverted GGUF tensor is cut in whole blocks.
+			u = t.raw.info.Type.BlockSize()
+		}
 	}
 	return u
 }
@@ -229,6 +233,12 @@ func (t *Tensor) Slice(p Part) (*Tensor, error) {
 	blocks := max(p.Blocks, 1)
 	if axis < 0 || axis >= len(t.Shape) || t.Shape[axis]%blocks != 0 || p.Lo < 0 || p.Hi > t.Shape[axis]/blocks || p.Lo >= p.Hi {
 		return nil, fmt.Errorf("%s: part %+v of shape %v", t.Name, p, t.Shape)
+	}
+	if t.raw != nil {
+		if blocks != 1 {
+			return nil, fmt.Errorf("%s: part %+v of a GGUF tensor", t.Name, p)
+		}
+		return t.sliceRaw(p, axis)
 	}
 	// The axis seen as [blocks, rows per block]: the part is [Lo, Hi)
 	// along the second.

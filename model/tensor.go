@@ -29,10 +29,17 @@ type Tensor struct {
 	// GGMLType names the llama.cpp quantization the tensor came from ("" when
 	// it came from elsewhere).
 	GGMLType string
+	// raw holds a GGUF tensor not yet converted (Data and Quant unset):
+	// see OpenToShard.
+	raw *ggufRaw
 }
 
-// Bytes is the host memory the tensor's data occupies.
+// Bytes is the host memory the tensor's data occupies (for a GGUF tensor
+// not yet converted, its file bytes).
 func (t *Tensor) Bytes() int {
+	if t.raw != nil {
+		return len(t.raw.data)
+	}
 	n := len(t.Data)
 	if t.Quant != nil {
 		n += len(t.Quant.Scales) + len(t.Quant.Biases)

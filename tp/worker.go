@@ -108,7 +108,7 @@ func RunWorker() error {
 }
 
 func loadWorker(spec LoadSpec, s mlx.Stream, g mlx.Group) (*workerModel, error) {
-	m, err := model.Open(spec.Path)
+	m, err := model.OpenToShard(spec.Path)
 	if err != nil {
 		return nil, err
 	}

@@ -68,7 +68,7 @@ func runGenerate(args []string) error {
 	var err error
 	if mf.isDummy() {
 		m, _, upload, err = mf.openDummy("generate", func(msg string) { fmt.Fprintln(os.Stderr, msg) })
-	} else if m, err = model.Open(*mf.model); err == nil {
+	} else if m, err = openModel(*mf.model, *tf.size); err == nil {
 		upload = m.Upload
 	}
 	if err != nil {

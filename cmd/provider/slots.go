@@ -175,7 +175,7 @@ func (sl *serveLoader) open(e catalogEntry) (*model.Model, uploader, int64, erro
 		}
 		return m, up, 0, nil
 	}
-	m, err := model.Open(e.path)
+	m, err := openModel(e.path, sl.tp.Size())
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("serve: %s: %w", e.name, err)
 	}

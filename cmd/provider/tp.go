@@ -62,3 +62,12 @@ func loadShard(g *tp.Group, path, device string, m *model.Model, s mlx.Stream) (
 	}
 	return g.NewLeader(slot, shard.Net), shard.Weights, slot, nil
 }
+
+// openModel opens a checkpoint; split over ranks, only this rank's part of
+// a GGUF file is converted.
+func openModel(path string, ranks int) (*model.Model, error) {
+	if ranks > 1 {
+		return model.OpenToShard(path)
+	}
+	return model.Open(path)
+}
