@@ -53,6 +53,9 @@ type DummyTensor struct {
 type Dummy struct {
 	Config  Config
 	Tensors []DummyTensor
+	// parts is what a rank keeps of each stored array (see Shard); arrays
+	// not named are whole.
+	parts map[string]Part
 }
 
 // PlanDummy plans a dummy model of an HF config.json (gpt_oss, gemma4,
@@ -162,7 +165,7 @@ func (d *Dummy) Params() int64 {
 // Bytes is the device memory the built weights take: dense tensors in the
 // activation dtype, quantized ones as packed words plus their scales (one
 // byte per group in the microscaling modes; a scale and a bias in the
-// activation dtype per affine group).
+// activation dtype per affine group). After Shard, it is the rank's share.
 func (d *Dummy) Bytes() int64 {
 	var n int64
 	for _, t := range d.Tensors {
@@ -172,18 +175,105 @@ func (d *Dummy) Bytes() int64 {
 }
 
 func (d *Dummy) tensorBytes(t DummyTensor) int64 {
-	act := int64(d.Config.ActDType.Size())
+	var n int64
+	for _, x := range d.stored(t) {
+		shape, groups := x.Shape, []int(nil)
+		if x.Quant != nil {
+			shape, groups = x.storedShapes()
+		}
+		if p, ok := d.parts[x.Name]; ok {
+			// Shard checked every part.
+			dc, gc, _ := x.cuts(p)
+			shape = dc.shape(shape)
+			if x.Quant != nil {
+				groups = gc.shape(groups)
+			}
+		}
+		if x.Quant == nil {
+			n += elementsOf(shape) * int64(x.DType.Size())
+			continue
+		}
+		n += elementsOf(shape) * 4
+		if x.Quant.Mode == "affine" {
+			n += 2 * elementsOf(groups) * int64(x.Quant.ScaleDType.Size())
+		} else {
+			n += elementsOf(groups) * int64(x.Quant.ScaleDType.Size())
+		}
+	}
+	return n
+}
+
+// stored are shape-only descriptors (no data) of the arrays a checkpoint
+// holds a dummy tensor in, as the loader reads them: a dense tensor in the
+// activation dtype; a quantized matrix with its format, or, Packed, as
+// its plain words ("X.weight", uint32, the last axis in words), scales
+// ("X.scales", the last axis in groups) and affine biases ("X.biases").
+// Microscaling scales are one byte, affine ones in the activation dtype.
+func (d *Dummy) stored(t DummyTensor) []*Tensor {
+	act := d.Config.ActDType
 	if t.Quant == nil {
-		return elementsOf(t.Shape) * act
+		return []*Tensor{{Name: t.Name, Shape: t.Shape, DType: act}}
 	}
-	in := int64(t.Shape[len(t.Shape)-1])
-	rows := elementsOf(t.Shape) / in
-	groups := rows * in / int64(t.Quant.GroupSize)
-	words := rows * in * int64(t.Quant.Bits) / 8
+	scale := mlx.Uint8
 	if t.Quant.Mode == "affine" {
-		return words + 2*groups*act
+		scale = act
 	}
-	return words + groups
+	q := &Tensor{Name: t.Name, Shape: t.Shape, DType: mlx.Uint32,
+		Quant: &Quant{Bits: t.Quant.Bits, GroupSize: t.Quant.GroupSize, Mode: t.Quant.Mode, ScaleDType: scale}}
+	if !t.Packed {
+		return []*Tensor{q}
+	}
+	words, groups := q.storedShapes()
+	base := strings.TrimSuffix(t.Name, ".weight")
+	out := []*Tensor{
+		{Name: t.Name, Shape: words, DType: mlx.Uint32},
+		{Name: base + ".scales", Shape: groups, DType: scale},
+	}
+	if t.Quant.Mode == "affine" {
+		out = append(out, &Tensor{Name: base + ".biases", Shape: groups, DType: scale})
+	}
+	return out
+}
+
+// Shard makes d rank's share of a split over size ranks: the plan a
+// checkpoint of d.Config would get (Model.Shard), over the arrays such a
+// checkpoint stores. d.Config must be the settled, unsharded
+// configuration; it becomes the share's. Build then generates every
+// tensor whole, with the values the whole model has, and keeps only the
+// rank's part, as Tensor.Slice cuts a checkpoint's on the host.
+func (d *Dummy) Shard(rank, size int) (*Sharding, error) {
+	if size < 1 || rank < 0 || rank >= size {
+		return nil, fmt.Errorf("%w: rank %d of %d", ErrShard, rank, size)
+	}
+	if d.parts != nil {
+		return nil, fmt.Errorf("%w: dummy model already sharded", ErrShard)
+	}
+	if size == 1 {
+		return wholeSharding(d.Config), nil
+	}
+	tensors := map[string]*Tensor{}
+	for _, t := range d.Tensors {
+		for _, x := range d.stored(t) {
+			tensors[x.Name] = x
+		}
+	}
+	s, cfg, err := planShards(d.Config, tensors, rank, size)
+	if err != nil {
+		return nil, err
+	}
+	parts := map[string]Part{}
+	for name, p := range s.Parts {
+		x, ok := tensors[name]
+		if !ok {
+			continue
+		}
+		if _, _, err := x.cuts(p); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrShard, err)
+		}
+		parts[name] = p
+	}
+	d.Config, d.parts = cfg, parts
+	return s, nil
 }
 
 func elementsOf(shape []int) int64 {
@@ -217,7 +307,8 @@ func (d *Dummy) Build(s mlx.Stream, seed uint64, progress func(done, total int64
 	return w, nil
 }
 
-// build generates one tensor into w.
+// build generates one tensor into w, whole, and keeps the rank's part of
+// each of its arrays.
 func (d *Dummy) build(s mlx.Stream, seed uint64, t DummyTensor, w *Weights) error {
 	f := mlx.NewFrame(s)
 	defer f.Free()
@@ -244,6 +335,25 @@ func (d *Dummy) build(s mlx.Stream, seed uint64, t DummyTensor, w *Weights) erro
 			out.Scales, out.Biases = f.AsType(out.Scales, act), f.AsType(out.Biases, act)
 		}
 	}
+	stored := d.stored(t)
+	if t.Packed {
+		// One plain array per stored tensor, each with its own part.
+		for i, a := range []*mlx.Array{&out.W, &out.Scales, &out.Biases}[:len(stored)] {
+			if p, ok := d.parts[stored[i].Name]; ok {
+				c, _, _ := stored[i].cuts(p) // checked by Shard
+				*a = c.take(f, *a)
+			}
+		}
+	} else if p, ok := d.parts[t.Name]; ok {
+		c, g, _ := stored[0].cuts(p)
+		out.W = c.take(f, out.W)
+		if out.Scales.Valid() {
+			out.Scales = g.take(f, out.Scales)
+		}
+		if out.Biases.Valid() {
+			out.Biases = g.take(f, out.Biases)
+		}
+	}
 	var arrays []mlx.Array
 	for _, a := range []mlx.Array{out.W, out.Scales, out.Biases} {
 		if a.Valid() {
@@ -258,17 +368,29 @@ func (d *Dummy) build(s mlx.Stream, seed uint64, t DummyTensor, w *Weights) erro
 	case t.Quant == nil:
 		w.byName[t.Name] = keep(out.W)
 	case t.Packed:
-		base := strings.TrimSuffix(t.Name, ".weight")
 		w.byName[t.Name] = keep(out.W)
-		w.byName[base+".scales"] = keep(out.Scales)
+		w.byName[stored[1].Name] = keep(out.Scales)
 		if out.Biases.Valid() {
-			w.byName[base+".biases"] = keep(out.Biases)
+			w.byName[stored[2].Name] = keep(out.Biases)
 		}
 	default:
 		w.byName[t.Name] = &Weight{W: f.Keep(out.W), Scales: f.Keep(out.Scales), Biases: f.Keep(out.Biases),
 			Bits: t.Quant.Bits, GroupSize: t.Quant.GroupSize, Mode: t.Quant.Mode}
 	}
 	return nil
+}
+
+// take is the cut c of a, gathered into an array of its own: a slice would
+// be a view that keeps the whole tensor's memory alive.
+func (c cut) take(f *mlx.Frame, a mlx.Array) mlx.Array {
+	n := a.Dim(c.axis) / c.blocks
+	idx := make([]int32, 0, c.blocks*(c.hi-c.lo))
+	for b := range c.blocks {
+		for i := c.lo; i < c.hi; i++ {
+			idx = append(idx, int32(b*n+i))
+		}
+	}
+	return f.Take(a, f.Int32s(idx, len(idx)), c.axis)
 }
 
 // tensorSeed is the PRNG seed of one tensor: the model's seed and the

@@ -71,7 +71,7 @@ func (m *Model) Shard(rank, size int) (*Sharding, error) {
 		return nil, fmt.Errorf("%w: rank %d of %d", ErrShard, rank, size)
 	}
 	if size == 1 {
-		return &Sharding{Size: 1, Heads: [2]int{0, m.Config.Heads}, KVHeads: [2]int{0, m.Config.KVHeads}, FFN: [2]int{0, m.Config.Intermediate}}, nil
+		return wholeSharding(m.Config), nil
 	}
 	s, cfg, err := planShards(m.Config, m.Tensors, rank, size)
 	if err != nil {
@@ -90,6 +90,11 @@ func (m *Model) Shard(rank, size int) (*Sharding, error) {
 	}
 	m.Config = cfg
 	return s, nil
+}
+
+// wholeSharding is the share of a split over one rank: everything.
+func wholeSharding(c Config) *Sharding {
+	return &Sharding{Size: 1, Heads: [2]int{0, c.Heads}, KVHeads: [2]int{0, c.KVHeads}, FFN: [2]int{0, c.Intermediate}}
 }
 
 // Bind marks the uploaded weights that end in a collective over g.
@@ -223,8 +228,60 @@ func groupUnit(tensors map[string]*Tensor) int {
 // Slice is the part p of t. A slice along the first axis shares t's
 // memory.
 func (t *Tensor) Slice(p Part) (*Tensor, error) {
+	data, groups, err := t.cuts(p)
+	if err != nil {
+		return nil, err
+	}
+	if t.raw != nil {
+		if data.blocks != 1 {
+			return nil, fmt.Errorf("%s: part %+v of a GGUF tensor", t.Name, p)
+		}
+		return t.sliceRaw(p, data.axis)
+	}
+	out := *t
+	out.Shape = cut{axis: data.axis, blocks: data.blocks, lo: p.Lo, hi: p.Hi}.shape(t.Shape)
+	if t.Quant == nil {
+		out.Data = data.bytes(t.Data, t.Shape, t.DType.Size())
+		return &out, nil
+	}
+	q := *t.Quant
+	out.Quant = &q
+	words, grouped := t.storedShapes()
+	out.Data = data.bytes(t.Data, words, 4)
+	ss := q.ScaleDType.Size()
+	q.Scales = groups.bytes(q.Scales, grouped, ss)
+	if q.Biases != nil {
+		q.Biases = groups.bytes(q.Biases, grouped, ss)
+	}
+	return &out, nil
+}
+
+// cut is what a part keeps of one stored array: [lo, hi) of each of blocks
+// equal blocks along axis (non-negative).
+type cut struct{ axis, blocks, lo, hi int }
+
+// shape is the shape of the cut of an array of shape s.
+func (c cut) shape(s []int) []int {
+	out := slices.Clone(s)
+	out[c.axis] = c.blocks * (c.hi - c.lo)
+	return out
+}
+
+// bytes is the cut of a row-major array of shape and element size es.
+func (c cut) bytes(data []byte, shape []int, es int) []byte {
+	// The axis seen as [blocks, rows per block]: the cut is [lo, hi)
+	// along the second.
+	stacked := slices.Concat(shape[:c.axis], []int{c.blocks, shape[c.axis] / c.blocks}, shape[c.axis+1:])
+	return sliceBytes(data, stacked, c.axis+1, c.lo, c.hi, es)
+}
+
+// cuts checks the part p of t and returns what it keeps of t's stored
+// arrays: its data (a quantized tensor's packed words) and its scales and
+// biases (the zero cut for a dense tensor). A quantized tensor is cut
+// along its input axis only in whole groups and whole words.
+func (t *Tensor) cuts(p Part) (data, groups cut, err error) {
 	if len(t.Shape) == 0 {
-		return nil, fmt.Errorf("%s: slice of a scalar", t.Name)
+		return cut{}, cut{}, fmt.Errorf("%s: slice of a scalar", t.Name)
 	}
 	axis := p.Axis
 	if axis < 0 {
@@ -232,53 +289,33 @@ func (t *Tensor) Slice(p Part) (*Tensor, error) {
 	}
 	blocks := max(p.Blocks, 1)
 	if axis < 0 || axis >= len(t.Shape) || t.Shape[axis]%blocks != 0 || p.Lo < 0 || p.Hi > t.Shape[axis]/blocks || p.Lo >= p.Hi {
-		return nil, fmt.Errorf("%s: part %+v of shape %v", t.Name, p, t.Shape)
+		return cut{}, cut{}, fmt.Errorf("%s: part %+v of shape %v", t.Name, p, t.Shape)
 	}
-	if t.raw != nil {
-		if blocks != 1 {
-			return nil, fmt.Errorf("%s: part %+v of a GGUF tensor", t.Name, p)
-		}
-		return t.sliceRaw(p, axis)
-	}
-	// The axis seen as [blocks, rows per block]: the part is [Lo, Hi)
-	// along the second.
-	stacked := func(shape []int) []int {
-		return slices.Concat(shape[:axis], []int{blocks, shape[axis] / blocks}, shape[axis+1:])
-	}
-	out := *t
-	out.Shape = slices.Clone(t.Shape)
-	out.Shape[axis] = blocks * (p.Hi - p.Lo)
+	data = cut{axis: axis, blocks: blocks, lo: p.Lo, hi: p.Hi}
 	if t.Quant == nil {
-		out.Data = sliceBytes(t.Data, stacked(t.Shape), axis+1, p.Lo, p.Hi, t.DType.Size())
-		return &out, nil
+		return data, cut{}, nil
 	}
-	q := *t.Quant
-	out.Quant = &q
-	last := len(t.Shape) - 1
-	g := q.GroupSize
-	if axis == last {
+	q, groups := t.Quant, data
+	if axis == len(t.Shape)-1 {
+		g := q.GroupSize
 		if blocks > 1 || p.Lo%g != 0 || p.Hi%g != 0 || p.Lo*q.Bits%32 != 0 || p.Hi*q.Bits%32 != 0 {
-			return nil, fmt.Errorf("%s: columns [%d, %d) cut quantization groups of %d", t.Name, p.Lo, p.Hi, g)
+			return cut{}, cut{}, fmt.Errorf("%s: columns [%d, %d) cut quantization groups of %d", t.Name, p.Lo, p.Hi, g)
 		}
+		data.lo, data.hi = p.Lo*q.Bits/32, p.Hi*q.Bits/32
+		groups.lo, groups.hi = p.Lo/g, p.Hi/g
 	}
-	// Packed words, scales and biases have the tensor's shape with the
-	// last axis in words and in groups.
-	words := slices.Clone(t.Shape)
-	words[last] = t.Shape[last] * q.Bits / 32
-	groups := slices.Clone(t.Shape)
-	groups[last] = t.Shape[last] / g
-	lo, hi := p.Lo, p.Hi
-	wlo, whi, glo, ghi := lo, hi, lo, hi
-	if axis == last {
-		wlo, whi, glo, ghi = lo*q.Bits/32, hi*q.Bits/32, lo/g, hi/g
-	}
-	out.Data = sliceBytes(t.Data, stacked(words), axis+1, wlo, whi, 4)
-	ss := q.ScaleDType.Size()
-	q.Scales = sliceBytes(q.Scales, stacked(groups), axis+1, glo, ghi, ss)
-	if q.Biases != nil {
-		q.Biases = sliceBytes(q.Biases, stacked(groups), axis+1, glo, ghi, ss)
-	}
-	return &out, nil
+	return data, groups, nil
+}
+
+// storedShapes are the shapes a quantized tensor's packed words and its
+// scales and biases are stored in: its own, with the last axis in 32-bit
+// words and in groups.
+func (t *Tensor) storedShapes() (words, groups []int) {
+	last := len(t.Shape) - 1
+	words, groups = slices.Clone(t.Shape), slices.Clone(t.Shape)
+	words[last] = t.Shape[last] * t.Quant.Bits / 32
+	groups[last] = t.Shape[last] / t.Quant.GroupSize
+	return words, groups
 }
 
 // sliceBytes is [lo, hi) along axis of a row-major array of shape and

@@ -12,7 +12,9 @@
 // the MLX group with them. Each rank holds its share of every model
 // (model.Sharding: attention heads with their KV heads, the feed-forward
 // width, a vocabulary-split output head), loaded from the checkpoint
-// itself, so no rank reads the tensors of another.
+// itself, so no rank reads the tensors of another. A dummy model
+// (DummySpec) is built the same way: every rank generates each seeded
+// tensor whole, as the one process would, and keeps only its part.
 //
 // # Steps
 //

@@ -34,12 +34,21 @@ type msg struct {
 }
 
 // LoadSpec is what every rank needs to load its share of a model: the
-// checkpoint and the configuration the leader settled (context, numerics),
-// before sharding.
+// checkpoint, or the dummy model to build instead, and the configuration
+// the leader settled (context, numerics), before sharding.
 type LoadSpec struct {
 	Path   string
+	Dummy  *DummySpec
 	Device string
 	Config model.Config
+}
+
+// DummySpec names a dummy model (model.OpenDummy): every rank plans it from
+// the same config.json and tokenizer and builds its share with the same
+// seed, so together they hold the one process's weights.
+type DummySpec struct {
+	Config, Tokenizer string
+	Seed              uint64
 }
 
 // reply is a worker's answer: hello once connected, then one per load.

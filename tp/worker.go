@@ -108,6 +108,19 @@ func RunWorker() error {
 }
 
 func loadWorker(spec LoadSpec, s mlx.Stream, g mlx.Group) (*workerModel, error) {
+	if spec.Dummy != nil {
+		m, d, err := model.OpenDummy(spec.Dummy.Config, spec.Dummy.Tokenizer)
+		if err != nil {
+			return nil, err
+		}
+		d.Config = spec.Config
+		shard, err := LoadDummyShard(d, spec.Dummy.Seed, s, g, nil)
+		if err != nil {
+			return nil, err
+		}
+		m.Config = d.Config
+		return &workerModel{shard: shard, model: m, pools: map[int]*kvpool.Pool{}}, nil
+	}
 	m, err := model.OpenToShard(spec.Path)
 	if err != nil {
 		return nil, err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/goprovider/provider/mlx"
 	"github.com/goprovider/provider/model"
+	"github.com/goprovider/provider/tp"
 )
 
 // Tokenizers a dummy model of each family uses when none is named and none
@@ -27,8 +28,19 @@ var dummyTokenizers = map[string]string{
 // its progress: smaller ones are built in a moment.
 const dummyProgressFrom = 256 << 20
 
-// uploader puts a model's weights on the device; it runs on the MLX thread.
-type uploader func(s mlx.Stream) (*model.Weights, error)
+// weightSource is how a model's weights reach the device: whole, or split
+// over a tensor-parallel group, each rank its share. Its functions run on
+// the MLX thread.
+type weightSource struct {
+	// upload puts the whole model on the device.
+	upload func(s mlx.Stream) (*model.Weights, error)
+	// shard loads this rank's share of a split over g (tp.LoadShard);
+	// m.Config, settled, becomes the share's.
+	shard func(m *model.Model, s mlx.Stream, g mlx.Group) (*tp.Shard, error)
+	// spec names the model to the workers; Device and Config are set as
+	// it loads.
+	spec tp.LoadSpec
+}
 
 // modelFlags are the flags serve and generate share to name what to run:
 // a checkpoint (--model), or a dummy model of a config.json
@@ -72,42 +84,61 @@ func (mf *modelFlags) check(cmd string) error {
 func (mf *modelFlags) isDummy() bool { return *mf.dummy != "" }
 
 // openDummy opens the dummy model the flags name and returns it with its
-// name and the uploader that builds its weights, reporting the size before
-// and the progress during the build through report.
-func (mf *modelFlags) openDummy(cmd string, report func(msg string)) (*model.Model, string, uploader, error) {
+// name and the source that builds its weights (in the model's settled
+// configuration: its activation dtype, as a checkpoint's are converted),
+// reporting the size before and the progress during the build through
+// report. Split over ranks, every rank builds its share of the same
+// weights.
+func (mf *modelFlags) openDummy(cmd string, report func(msg string)) (*model.Model, string, weightSource, error) {
 	path := *mf.dummy
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		return nil, "", nil, fmt.Errorf("%s: --dummy-weights: %w", cmd, err)
+		return nil, "", weightSource{}, fmt.Errorf("%s: --dummy-weights: %w", cmd, err)
 	}
 	cfg, err := model.ReadHFConfig(raw)
 	if err != nil {
-		return nil, "", nil, fmt.Errorf("%s: --dummy-weights %s: %w", cmd, path, err)
+		return nil, "", weightSource{}, fmt.Errorf("%s: --dummy-weights %s: %w", cmd, path, err)
 	}
 	tok, err := dummyTokenizer(path, cfg.Arch, *mf.tokenizer)
 	if err != nil {
-		return nil, "", nil, fmt.Errorf("%s: --dummy-weights %s: %w", cmd, path, err)
+		return nil, "", weightSource{}, fmt.Errorf("%s: --dummy-weights %s: %w", cmd, path, err)
 	}
 	m, d, err := model.OpenDummy(path, tok)
 	if err != nil {
-		return nil, "", nil, fmt.Errorf("%s: --dummy-weights: %w", cmd, err)
+		return nil, "", weightSource{}, fmt.Errorf("%s: --dummy-weights: %w", cmd, err)
 	}
 	name, seed := dummyName(path), *mf.seed
 	report(fmt.Sprintf("dummy model %s (%s): %d parameters (%s), %d bytes of weights (%s), seed %d, tokenizer %s",
 		name, cfg.Arch, d.Params(), humanCount(d.Params()), d.Bytes(), humanBytes(d.Bytes()), seed, tok))
-	upload := func(s mlx.Stream) (*model.Weights, error) {
+	// progress reports a build's progress (of the rank's share, split).
+	progress := func() func(done, total int64) {
 		next := 10
 		if d.Bytes() < dummyProgressFrom {
 			next = 101
 		}
-		return d.Build(s, seed, func(done, total int64) {
+		return func(done, total int64) {
 			if pct := int(done * 100 / max(total, 1)); pct >= next {
 				report(fmt.Sprintf("dummy model %s: built %d%% (%s of %s)", name, pct, humanBytes(done), humanBytes(total)))
 				next = pct/10*10 + 10
 			}
-		})
+		}
 	}
-	return m, name, upload, nil
+	src := weightSource{
+		upload: func(s mlx.Stream) (*model.Weights, error) {
+			d.Config = m.Config
+			return d.Build(s, seed, progress())
+		},
+		shard: func(m *model.Model, s mlx.Stream, g mlx.Group) (*tp.Shard, error) {
+			d.Config = m.Config
+			sh, err := tp.LoadDummyShard(d, seed, s, g, progress())
+			if err == nil {
+				m.Config = d.Config
+			}
+			return sh, err
+		},
+		spec: tp.LoadSpec{Path: path, Dummy: &tp.DummySpec{Config: path, Tokenizer: tok, Seed: seed}},
+	}
+	return m, name, src, nil
 }
 
 // dummyTokenizer picks a dummy model's tokenizer: the one named, else a

@@ -64,12 +64,12 @@ func runGenerate(args []string) error {
 	}
 
 	var m *model.Model
-	var upload uploader
+	var src weightSource
 	var err error
 	if mf.isDummy() {
-		m, _, upload, err = mf.openDummy("generate", func(msg string) { fmt.Fprintln(os.Stderr, msg) })
+		m, _, src, err = mf.openDummy("generate", func(msg string) { fmt.Fprintln(os.Stderr, msg) })
 	} else if m, err = openModel(*mf.model, *tf.size); err == nil {
-		upload = m.Upload
+		src = checkpointSource(*mf.model, m.Upload)
 	}
 	if err != nil {
 		return err
@@ -105,8 +105,8 @@ func runGenerate(args []string) error {
 		var net model.Network
 		var w *model.Weights
 		if group.Size() > 1 {
-			net, w, _, err = loadShard(group, *mf.model, *device, m, s)
-		} else if w, err = upload(s); err == nil {
+			net, w, _, err = loadShard(group, src, *device, m, s)
+		} else if w, err = src.upload(s); err == nil {
 			if net, err = family.Build(m.Config, w); err != nil {
 				w.Free()
 			}

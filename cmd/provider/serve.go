@@ -424,8 +424,8 @@ func deviceMemory(device string) (memorySource, error) {
 
 // loadModel opens a model, uploads its weights and binds its family's
 // forward pass on a new MLX thread.
-func loadModel(open func() (*model.Model, string, uploader, error), device string, group *tp.Group, path string) (*loadedModel, error) {
-	m, name, upload, err := open()
+func loadModel(open func() (*model.Model, string, weightSource, error), device string, group *tp.Group) (*loadedModel, error) {
+	m, name, src, err := open()
 	if err != nil {
 		return nil, err
 	}
@@ -436,11 +436,11 @@ func loadModel(open func() (*model.Model, string, uploader, error), device strin
 		}
 		cpuNumerics(&m.Config, l.s)
 		if group.Size() > 1 {
-			l.net, l.w, l.slot, err = loadShard(group, path, device, m, l.s)
+			l.net, l.w, l.slot, err = loadShard(group, src, device, m, l.s)
 			l.group = group
 			return
 		}
-		if l.w, err = upload(l.s); err != nil {
+		if l.w, err = src.upload(l.s); err != nil {
 			return
 		}
 		l.net, err = family.Build(m.Config, l.w)

@@ -167,24 +167,24 @@ func (sl *serveLoader) names() []string {
 }
 
 // open opens a catalog entry's checkpoint (not its weights).
-func (sl *serveLoader) open(e catalogEntry) (*model.Model, uploader, int64, error) {
+func (sl *serveLoader) open(e catalogEntry) (*model.Model, weightSource, int64, error) {
 	if e.dummy {
-		m, _, up, err := sl.mf.openDummy("serve", func(msg string) { sl.log.Info(msg) })
+		m, _, src, err := sl.mf.openDummy("serve", func(msg string) { sl.log.Info(msg) })
 		if err != nil {
-			return nil, nil, 0, err
+			return nil, weightSource{}, 0, err
 		}
-		return m, up, 0, nil
+		return m, src, 0, nil
 	}
 	m, err := openModel(e.path, sl.tp.Size())
 	if err != nil {
-		return nil, nil, 0, fmt.Errorf("serve: %s: %w", e.name, err)
+		return nil, weightSource{}, 0, fmt.Errorf("serve: %s: %w", e.name, err)
 	}
 	bar := newProgress(os.Stderr, "loading "+e.name, sl.log)
 	upload := func(s mlx.Stream) (*model.Weights, error) {
 		defer bar.done()
 		return m.UploadProgress(s, bar.report)
 	}
-	return m, upload, m.WeightBytes(), nil
+	return m, checkpointSource(e.path, upload), m.WeightBytes(), nil
 }
 
 // capContext applies --ctx-size to a model's config: a smaller context is
@@ -264,13 +264,13 @@ func (sl *serveLoader) Load(_ context.Context, name string, grant int64) (slots.
 	sl.mu.Lock()
 	e := sl.entries[name]
 	sl.mu.Unlock()
-	l, err := loadModel(func() (*model.Model, string, uploader, error) {
+	l, err := loadModel(func() (*model.Model, string, weightSource, error) {
 		m, up, _, err := sl.open(e)
 		if err == nil {
 			sl.capContext(name, &m.Config)
 		}
 		return m, name, up, err
-	}, sl.device, sl.tp, e.path)
+	}, sl.device, sl.tp)
 	if err != nil {
 		return nil, err
 	}

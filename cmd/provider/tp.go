@@ -32,8 +32,6 @@ func (tf *tpFlags) check(cmd string, mf *modelFlags) error {
 		return usageError{fmt.Sprintf("%s: --tp %d: must be at least 1", cmd, *tf.size)}
 	case !slices.Contains(tp.Backends, *tf.backend):
 		return usageError{fmt.Sprintf("%s: --dist-backend %q: want one of %s", cmd, *tf.backend, strings.Join(tp.Backends, ", "))}
-	case *tf.size > 1 && mf.isDummy():
-		return usageError{fmt.Sprintf("%s: --tp with --dummy-weights is not supported yet: the ranks cannot yet build the same random weights", cmd)}
 	}
 	return nil
 }
@@ -44,14 +42,15 @@ func (tf *tpFlags) start(th *mlx.Thread) (*tp.Group, error) {
 	return tp.Start(tp.Options{Size: *tf.size, Backend: *tf.backend}, th.Do)
 }
 
-// loadShard loads m (its config settled) over g on stream s: every rank
-// its share, the leader's wrapped so each step runs on all of them. It
-// runs on the MLX thread.
-func loadShard(g *tp.Group, path, device string, m *model.Model, s mlx.Stream) (model.Network, *model.Weights, int, error) {
-	spec := tp.LoadSpec{Path: path, Device: device, Config: m.Config}
+// loadShard loads m (its config settled) from src over g on stream s:
+// every rank its share, the leader's wrapped so each step runs on all of
+// them. It runs on the MLX thread.
+func loadShard(g *tp.Group, src weightSource, device string, m *model.Model, s mlx.Stream) (model.Network, *model.Weights, int, error) {
+	spec := src.spec
+	spec.Device, spec.Config = device, m.Config
 	var shard *tp.Shard
 	slot, err := g.Load(spec, func() (err error) {
-		shard, err = tp.LoadShard(m, s, g.MLX())
+		shard, err = src.shard(m, s, g.MLX())
 		return err
 	})
 	if err != nil {
@@ -70,4 +69,10 @@ func openModel(path string, ranks int) (*model.Model, error) {
 		return model.OpenToShard(path)
 	}
 	return model.Open(path)
+}
+
+// checkpointSource is the weight source of the checkpoint at path: upload
+// (the opened model's), or each rank its share of the checkpoint.
+func checkpointSource(path string, upload func(s mlx.Stream) (*model.Weights, error)) weightSource {
+	return weightSource{upload: upload, shard: tp.LoadShard, spec: tp.LoadSpec{Path: path}}
 }

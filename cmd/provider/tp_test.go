@@ -29,7 +29,25 @@ func needSmolLM2(t *testing.T) {
 // the one-process greedy text.
 func TestGenerateTensorParallel(t *testing.T) {
 	needSmolLM2(t)
-	args := []string{"generate", "--model", smolLM2, "--prompt", "The capital of France is", "--max-tokens", "16"}
+	sameAtTP2(t, "generate", "--model", smolLM2, "--prompt", "The capital of France is", "--max-tokens", "16")
+}
+
+// TestGenerateTensorParallelDummy: generate --tp 2 --dummy-weights prints
+// the one-process greedy text of the same seeded weights: gpt-oss with
+// MXFP4 experts split whole and split in width, and a llama.
+func TestGenerateTensorParallelDummy(t *testing.T) {
+	for _, config := range []string{tinyGPTOSS, "../../testdata/dummy/gptoss_wide.json", "../../testdata/dummy/llama.json"} {
+		t.Run(filepath.Base(config), func(t *testing.T) {
+			sameAtTP2(t, "generate", "--dummy-weights", config, "--tokenizer", filepath.Join(filepath.Dir(tinyGPTOSS), "tokenizer.json"),
+				"--dummy-seed", "3", "--prompt", "The capital of France is", "--max-tokens", "12")
+		})
+	}
+}
+
+// sameAtTP2 requires a command to print the same at --tp 2 over the ring
+// backend as in one process, and something.
+func sameAtTP2(t *testing.T, args ...string) {
+	t.Helper()
 	one, stderr, code := run(t, args...)
 	if code != 0 {
 		t.Fatalf("one process: exit %d: %s", code, stderr)
