@@ -114,11 +114,17 @@ func TestDummyShardCutsAsSlice(t *testing.T) {
 	}
 }
 
-// TestDummyShardPublishedGPTOSS: the published gpt-oss config plans over
-// 2 and 4 ranks (every expert's width in whole MXFP4 groups), each rank
-// holding its part of the divided weights.
+// TestDummyShardPublishedGPTOSS: the published gpt-oss configs (20b and
+// 120b) plan over 2 and 4 ranks (every expert's width in whole MXFP4
+// groups), each rank holding its part of the divided weights.
 func TestDummyShardPublishedGPTOSS(t *testing.T) {
-	raw, err := os.ReadFile("../testdata/configs/gpt-oss-20b.json")
+	for _, name := range []string{"gpt-oss-20b.json", "gpt-oss-120b.json"} {
+		t.Run(name, func(t *testing.T) { dummyShardPublished(t, name) })
+	}
+}
+
+func dummyShardPublished(t *testing.T, name string) {
+	raw, err := os.ReadFile("../testdata/configs/" + name)
 	if err != nil {
 		t.Fatal(err)
 	}
