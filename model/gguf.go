@@ -285,6 +285,10 @@ func (t *Tensor) sliceRaw(p Part, axis int) (*Tensor, error) {
 	return &out, nil
 }
 
+// Materialize converts every tensor still in its GGUF form (see
+// OpenToShard); Upload does it itself.
+func (m *Model) Materialize() error { return m.materialize() }
+
 // materialize converts every tensor still in its GGUF form.
 func (m *Model) materialize() error {
 	for name, t := range m.Tensors {

@@ -40,6 +40,22 @@ type infoReport struct {
 	Weights            []partReport  `json:"weights"`
 	Quantization       *quantReport  `json:"quantization"`
 	Notes              []string      `json:"notes,omitempty"`
+	// TensorParallel is each rank's share under --tp N (absent without).
+	TensorParallel []rankReport `json:"tensor_parallel,omitempty"`
+}
+
+// rankReport is one tensor-parallel rank's share of a model: what it holds
+// and what its KV pool charges (the ledger of a --tp server charges rank
+// 0's).
+type rankReport struct {
+	Rank               int     `json:"rank"`
+	Heads              [2]int  `json:"heads"`
+	KVHeads            [2]int  `json:"kv_heads"`
+	FFN                [2]int  `json:"ffn"`
+	Experts            *[2]int `json:"experts,omitempty"` // a mixture split by whole experts
+	WeightBytes        int64   `json:"weight_bytes"`
+	KVBytesPerToken    int64   `json:"kv_bytes_per_token"`
+	KVBytesPerSequence int64   `json:"kv_bytes_per_sequence"`
 }
 
 type layerReport struct {
@@ -80,6 +96,7 @@ func runInfo(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("info", flag.ContinueOnError)
 	modelPath := fs.String("model", defaultModel, "GGUF file, HF/MLX checkpoint directory, or a config.json")
 	tokens := fs.Int("tokens", -1, "sequence length for kv_bytes_per_sequence; -1 is the context length")
+	ranks := fs.Int("tp", 1, "also describe each rank's share of a tensor-parallel split over this many `ranks` (weights, heads, KV bytes)")
 	cmd := command{name: "info", synopsis: "Describe a model as JSON: architecture, layer kinds, KV bytes per token and per sequence, weight bytes, the prefix cache's adoption bound; from its config alone when the weights are absent."}
 	if err := cmd.parse(fs, args, stdout); err != nil {
 		return err
@@ -87,12 +104,20 @@ func runInfo(args []string, stdout io.Writer) error {
 	if *tokens < -1 {
 		return usageError{"info: --tokens must be >= 0"}
 	}
+	if *ranks < 1 {
+		return usageError{"info: --tp must be at least 1"}
+	}
 	info, source, onDisk, err := readInfo(*modelPath)
 	if err != nil {
 		return err
 	}
 	r := describe(info, *tokens, family.Supported())
 	r.Model, r.Source, r.WeightBytesOnDisk = *modelPath, source, onDisk
+	if *ranks > 1 {
+		if r.TensorParallel, err = describeRanks(*modelPath, source, info.Config, *ranks, r.Tokens); err != nil {
+			return fmt.Errorf("info: --tp %d: %w", *ranks, err)
+		}
+	}
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	return enc.Encode(r)
@@ -230,4 +255,59 @@ func describe(info model.Info, tokens int, supported []string) infoReport {
 		r.Quantization = qr
 	}
 	return r
+}
+
+// describeRanks is every rank's share of the model at path split over n
+// ranks: a GGUF file's from its tensors as loaded, a checkpoint's or a
+// config's from the weights its config declares (as --dummy-weights plans
+// them).
+func describeRanks(path, source string, whole model.Config, n, tokens int) ([]rankReport, error) {
+	out := make([]rankReport, n)
+	for rank := range n {
+		var sh *model.Sharding
+		var cfg model.Config
+		var bytes int64
+		if source == "gguf" {
+			m, err := model.OpenToShard(path)
+			if err != nil {
+				return nil, err
+			}
+			sh, err = m.Shard(rank, n)
+			if err == nil {
+				err = m.Materialize()
+			}
+			cfg, bytes = m.Config, m.WeightBytes()
+			m.Close()
+			if err != nil {
+				return nil, err
+			}
+		} else {
+			config := path
+			if source == "hf" {
+				config = filepath.Join(path, "config.json")
+			}
+			raw, err := os.ReadFile(config)
+			if err != nil {
+				return nil, err
+			}
+			d, err := model.PlanDummy(raw)
+			if err != nil {
+				return nil, err
+			}
+			if sh, err = d.Shard(rank, n); err != nil {
+				return nil, err
+			}
+			cfg, bytes = d.Config, d.Bytes()
+		}
+		// The cache is counted in the whole model's KV dtype, as above.
+		cfg.ActDType = whole.ActDType
+		layout := engine.LayoutOf(cfg)
+		out[rank] = rankReport{Rank: rank, Heads: sh.Heads, KVHeads: sh.KVHeads, FFN: sh.FFN,
+			WeightBytes: bytes, KVBytesPerToken: layout.BytesPerToken(), KVBytesPerSequence: layout.SequenceBytes(tokens)}
+		if sh.Experts != [2]int{} {
+			e := sh.Experts
+			out[rank].Experts = &e
+		}
+	}
+	return out, nil
 }

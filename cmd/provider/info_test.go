@@ -171,3 +171,35 @@ func mustRead(t *testing.T, path string) []byte {
 	}
 	return b
 }
+
+// TestInfoTensorParallel: info --tp 2 describes each rank's share: the
+// ranks' heads and widths tile the model's, each rank holds less than the
+// whole, and rank 0 (the ledger's) holds at least as much KV per token as
+// any other.
+func TestInfoTensorParallel(t *testing.T) {
+	for _, path := range []string{smolLM2, "../../testdata/configs/gpt-oss-120b.json"} {
+		stdout, stderr, code := run(t, "info", "--model", path, "--tp", "2", "--tokens", "1024")
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s", path, code, stderr)
+		}
+		var r infoReport
+		if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+			t.Fatal(err)
+		}
+		if len(r.TensorParallel) != 2 || r.WeightBytes == nil {
+			t.Fatalf("%s: %d ranks, weight bytes %v", path, len(r.TensorParallel), r.WeightBytes)
+		}
+		r0, r1 := r.TensorParallel[0], r.TensorParallel[1]
+		if r0.Heads[0] != 0 || r0.Heads[1] != r1.Heads[0] || r0.FFN[1] != r1.FFN[0] || r0.KVHeads[1] != r1.KVHeads[0] {
+			t.Errorf("%s: ranks do not tile the model: %+v %+v", path, r0, r1)
+		}
+		for _, rr := range r.TensorParallel {
+			if rr.WeightBytes <= 0 || rr.WeightBytes >= *r.WeightBytes {
+				t.Errorf("%s: rank %d holds %d of %d weight bytes", path, rr.Rank, rr.WeightBytes, *r.WeightBytes)
+			}
+		}
+		if r0.KVBytesPerToken < r1.KVBytesPerToken || r0.KVBytesPerToken+r1.KVBytesPerToken != r.KVBytesPerToken {
+			t.Errorf("%s: KV per token %d + %d, whole %d; want rank 0 the larger and the sum the whole", path, r0.KVBytesPerToken, r1.KVBytesPerToken, r.KVBytesPerToken)
+		}
+	}
+}
