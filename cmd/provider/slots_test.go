@@ -236,12 +236,19 @@ func TestSlotsWedgeRebuildsThenUnloads(t *testing.T) {
 	old := rig.gen(t, "stories").cur()
 
 	freeze()
-	// A request queued behind the frozen loop.
-	waiting, err := old.Submit(ctx, engine.Generation{ID: "stuck", Prompt: []int32{1, 2, 3}, MaxTokens: 4, TopLogprobs: -1})
+	// A first request wakes the loop into the hook (it may have passed
+	// the hook already and run that request's first step); once the loop
+	// is held, a second request surely waits for admission, which is what
+	// the detector times.
+	first, err := old.Submit(ctx, engine.Generation{ID: "first", Prompt: []int32{1, 2, 3}, MaxTokens: 4, TopLogprobs: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	<-entered
+	waiting, err := old.Submit(ctx, engine.Generation{ID: "stuck", Prompt: []int32{1, 2, 3}, MaxTokens: 4, TopLogprobs: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
 	rig.mgr.Tick()
 	clk.Add(119 * time.Second)
 	rig.mgr.Tick()
@@ -260,8 +267,16 @@ func TestSlotsWedgeRebuildsThenUnloads(t *testing.T) {
 		t.Fatalf("grant %d after the rebuild, want %d", g, grant)
 	}
 	unfreeze()
-	// The old engine drains in the background: its queued row ends.
+	// The old engine drains in the background: its queued rows end.
+	for range first {
+	}
 	for range waiting {
+	}
+	// Its loop shares the step hook: until it has stopped, a freeze below
+	// could hold it instead of the rebuilt engine, which would then run
+	// the second stuck request and never wedge.
+	for !errors.Is(old.Err(), engine.ErrShutdown) {
+		time.Sleep(time.Millisecond)
 	}
 	if code, body := complete(); code != 200 {
 		t.Fatalf("after the rebuild: %d %s", code, body)
@@ -270,10 +285,13 @@ func TestSlotsWedgeRebuildsThenUnloads(t *testing.T) {
 	// Frozen again within the cooldown: unloaded.
 	freeze()
 	cur := rig.gen(t, "stories").cur()
-	if _, err := cur.Submit(ctx, engine.Generation{ID: "stuck2", Prompt: []int32{1, 2, 3}, MaxTokens: 4, TopLogprobs: -1}); err != nil {
+	if _, err := cur.Submit(ctx, engine.Generation{ID: "first2", Prompt: []int32{1, 2, 3}, MaxTokens: 4, TopLogprobs: -1}); err != nil {
 		t.Fatal(err)
 	}
 	<-entered
+	if _, err := cur.Submit(ctx, engine.Generation{ID: "stuck2", Prompt: []int32{1, 2, 3}, MaxTokens: 4, TopLogprobs: -1}); err != nil {
+		t.Fatal(err)
+	}
 	// Held, the new engine's step counter is still: this observation sees
 	// it moved since the rebuild, and times the stall from now.
 	rig.mgr.Tick()
