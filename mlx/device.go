@@ -5,7 +5,10 @@ package mlx
 */
 import "C"
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // DeviceMemory is what MLX reports about the memory of a stream's device
 // (MLX's device_info).
@@ -52,4 +55,22 @@ func (s Stream) DeviceMemory() (DeviceMemory, error) {
 
 func clampInt64(v uint64) int64 {
 	return int64(min(v, 1<<63-1))
+}
+
+// ErrUnknownDevice: a device name other than auto, cpu or gpu.
+var ErrUnknownDevice = errors.New("unknown device")
+
+// StreamFor is the default stream of a device name: auto (MLX's default
+// device), cpu or gpu ("" is auto).
+func StreamFor(device string) (Stream, error) {
+	switch device {
+	case "", "auto":
+		return DefaultStream(), nil
+	case "cpu":
+		return CPU(), nil
+	case "gpu":
+		return GPU()
+	default:
+		return Stream{}, fmt.Errorf("mlx: %w %q (want auto, cpu or gpu)", ErrUnknownDevice, device)
+	}
 }

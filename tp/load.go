@@ -68,17 +68,3 @@ func bind(c model.Config, w *model.Weights, sh *model.Sharding, g mlx.Group) (*S
 	}
 	return &Shard{Net: net, Weights: w, Sharding: sh}, nil
 }
-
-// stream is the MLX stream of a device name: auto, cpu or gpu.
-func stream(device string) (mlx.Stream, error) {
-	switch device {
-	case "", "auto":
-		return mlx.DefaultStream(), nil
-	case "cpu":
-		return mlx.CPU(), nil
-	case "gpu":
-		return mlx.GPU()
-	default:
-		return mlx.Stream{}, fmt.Errorf("tp: unknown device %q", device)
-	}
-}

@@ -70,7 +70,7 @@ func RunWorker() error {
 			var wm *workerModel
 			th.Do(func() {
 				if !streamed {
-					if s, err = stream(m.Load.Device); err != nil {
+					if s, err = mlx.StreamFor(m.Load.Device); err != nil {
 						return
 					}
 					streamed = true

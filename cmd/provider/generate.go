@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -133,17 +134,13 @@ func runGenerate(args []string) error {
 	return err
 }
 
+// stream is a --device's stream; an unknown name is a usage error.
 func stream(device string) (mlx.Stream, error) {
-	switch device {
-	case "auto":
-		return mlx.DefaultStream(), nil
-	case "cpu":
-		return mlx.CPU(), nil
-	case "gpu":
-		return mlx.GPU()
-	default:
-		return mlx.Stream{}, usageError{fmt.Sprintf("generate: unknown --device %q", device)}
+	s, err := mlx.StreamFor(device)
+	if errors.Is(err, mlx.ErrUnknownDevice) {
+		return s, usageError{fmt.Sprintf("unknown --device %q", device)}
 	}
+	return s, err
 }
 
 // promptTokens tokenizes the prompt as llama.cpp's tools do: BOS alone for
