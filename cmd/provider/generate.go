@@ -89,9 +89,9 @@ func runGenerate(args []string) error {
 
 	th := mlx.NewThread()
 	defer th.Close()
-	group, err := tf.start(th)
+	group, err := tf.start("generate", *device, th)
 	if err != nil {
-		return fmt.Errorf("generate: %w", err)
+		return err
 	}
 	defer group.Close()
 	var stats generate.Stats

@@ -174,8 +174,10 @@ func runServe(args []string) error {
 	// loads; every model is then split over it.
 	joinThread := mlx.NewThread()
 	defer joinThread.Close()
-	group, err := tf.start(joinThread)
-	if err != nil {
+	group, err := tf.start("serve", *device, joinThread)
+	if ue := (usageError{}); errors.As(err, &ue) {
+		return err
+	} else if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
 	defer group.Close()

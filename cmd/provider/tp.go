@@ -37,8 +37,22 @@ func (tf *tpFlags) check(cmd string, mf *modelFlags) error {
 }
 
 // start launches the group's workers and joins it on th; a group of one
-// starts nothing.
-func (tf *tpFlags) start(th *mlx.Thread) (*tp.Group, error) {
+// starts nothing. device is the --device the ranks run on: the ring and
+// mpi backends move host memory only, nccl device memory only, and MLX
+// aborts the process on a collective over the other kind.
+func (tf *tpFlags) start(cmd, device string, th *mlx.Thread) (*tp.Group, error) {
+	if *tf.size > 1 {
+		gpu := device == "gpu"
+		if device == "" || device == "auto" {
+			th.Do(func() { gpu, _ = mlx.GPUAvailable() })
+		}
+		switch b := *tf.backend; {
+		case gpu && (b == "ring" || b == "mpi"):
+			return nil, usageError{fmt.Sprintf("%s: --dist-backend %s runs on the CPU, and the model would run on the GPU: pass --device cpu, or --dist-backend nccl on NVIDIA GPUs", cmd, b)}
+		case !gpu && b == "nccl":
+			return nil, usageError{fmt.Sprintf("%s: --dist-backend nccl runs on NVIDIA GPUs, and the model would run on the CPU: pass --dist-backend ring", cmd)}
+		}
+	}
 	return tp.Start(tp.Options{Size: *tf.size, Backend: *tf.backend}, th.Do)
 }
 

@@ -63,7 +63,8 @@ func sameAtTP2(t *testing.T, args ...string) {
 
 // TestGenerateTensorParallelRefusals: bad --tp values are usage errors.
 func TestGenerateTensorParallelRefusals(t *testing.T) {
-	for _, args := range [][]string{{"--tp", "0"}, {"--tp", "2", "--dist-backend", "carrier-pigeon"}} {
+	for _, args := range [][]string{{"--tp", "0"}, {"--tp", "2", "--dist-backend", "carrier-pigeon"},
+		{"--tp", "2", "--dist-backend", "nccl", "--device", "cpu"}} {
 		_, stderr, code := run(t, append([]string{"generate", "--model", stories, "--max-tokens", "1"}, args...)...)
 		if code != 2 || !strings.Contains(stderr, "--") {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and the flag named", args, code, stderr)
