@@ -13,12 +13,20 @@ import (
 
 // BenchmarkSmolLM2Throughput reports output tokens per second of the whole
 // engine at several concurrencies: every stream greedy-decodes 64 tokens
-// from its own short prompt.
+// from its own short prompt; with decode steps built ahead and without (the
+// default), each with the host's build and wait time per step.
 func BenchmarkSmolLM2Throughput(b *testing.B) {
-	e, m := enginetest.Start(b, enginetest.SmolLM2(), engine.Options{Sched: engine.Config{MaxConcurrent: 8}, KVCapacity: 1 << 30})
+	for _, mode := range []string{"ahead", "stepped"} {
+		b.Run(mode, func(b *testing.B) { benchThroughput(b, mode == "ahead") })
+	}
+}
+
+func benchThroughput(b *testing.B, ahead bool) {
+	e, m := enginetest.Start(b, enginetest.SmolLM2(), engine.Options{Sched: engine.Config{MaxConcurrent: 8}, KVCapacity: 1 << 30, Ahead: ahead})
 	const maxTokens = 64
 	for _, conc := range []int{1, 4, 8} {
 		b.Run(fmt.Sprint("concurrency", conc), func(b *testing.B) {
+			t0 := e.StepTimes()
 			var tokens int
 			start := time.Now()
 			for it := range b.N {
@@ -42,6 +50,12 @@ func BenchmarkSmolLM2Throughput(b *testing.B) {
 				wg.Wait()
 			}
 			b.ReportMetric(float64(tokens)/time.Since(start).Seconds(), "out-tok/s")
+			t1 := e.StepTimes()
+			if n := float64(t1.Steps - t0.Steps); n > 0 {
+				b.ReportMetric((t1.Build-t0.Build).Seconds()*1e3/n, "build-ms/step")
+				b.ReportMetric((t1.Wait-t0.Wait).Seconds()*1e3/n, "wait-ms/step")
+				b.ReportMetric(float64(t1.AheadSteps-t0.AheadSteps)/n, "ahead/step")
+			}
 		})
 	}
 }

@@ -41,6 +41,11 @@ type Options struct {
 	StreamBuffer int
 	// Clock is injected for tests; nil is the wall clock.
 	Clock clock.Clock
+	// Ahead builds decode steps ahead of the read of the step before (see
+	// ahead.go). Off by default: on the CPU and on an H200 it measured no
+	// faster, because there the device's time, not the host's, bounds a
+	// step.
+	Ahead bool
 	// BeforeStep, when set, runs on the loop's goroutine (not the MLX
 	// thread) before every step: tests freeze an engine with it.
 	BeforeStep func()
@@ -139,6 +144,10 @@ type Engine struct {
 	paused    int         // rows paused for their readers at the last step
 	cacheSt   cache.Stats // the prefix cache's counters after the last step
 	rates     rates       // observed token rates and last-event times
+	times     StepTimes
+	// ahead is a decode step queued before the last one was read; loop
+	// only.
+	ahead *ahead
 	// prefixBudget is the prefix cache's budget after the last Resize;
 	// the loop applies it to the index.
 	prefixBudget int64
@@ -441,6 +450,7 @@ func (e *Engine) poke() {
 func (e *Engine) loop() {
 	defer close(e.done)
 	defer e.th.Do(func() {
+		e.dropAhead()
 		if e.prefix != nil {
 			e.prefix.Close()
 		}
@@ -556,6 +566,7 @@ type work struct {
 	l      *live
 	tokens []int32
 	sample bool
+	decode bool // a decode row (else a prefill chunk)
 }
 
 // tick runs one scheduling step on the MLX thread and reports whether it
@@ -621,11 +632,11 @@ func (e *Engine) tick() bool {
 	var batch []work
 	for _, c := range plan.Prefill {
 		l := e.rows[c.ID]
-		batch = append(batch, work{l, l.seq[c.Start : c.Start+c.Len], c.Final})
+		batch = append(batch, work{l, l.seq[c.Start : c.Start+c.Len], c.Final, false})
 	}
 	for _, id := range plan.Decode {
 		l := e.rows[id]
-		batch = append(batch, work{l, l.seq[len(l.seq)-1:], true})
+		batch = append(batch, work{l, l.seq[len(l.seq)-1:], true, true})
 	}
 	locked = false
 	e.mu.Unlock()
@@ -659,28 +670,8 @@ func (e *Engine) tick() bool {
 		return len(gone)+len(fins) > 0
 	}
 
-	rows := make([]kvpool.Row, len(batch))
-	for i, w := range batch {
-		if w.l.kv == nil {
-			w.l.kv = e.pool.NewSeq()
-			if e.prefix != nil {
-				e.prefix.Track(w.l.kv, w.l.gen.CacheScope, w.l.gen.Spans)
-			}
-		}
-		rows[i] = kvpool.Row{Seq: w.l.kv, Tokens: w.tokens, Sample: w.sample, Spans: w.l.spans, Embeds: w.l.gen.Embeds}
-	}
 	start := e.opt.Clock.Now()
-	f := mlx.NewFrame(e.s)
-	defer f.Free()
-	var picks []pick
-	b, err := e.pool.Begin(f, rows)
-	if err == nil {
-		picks = e.sampleStep(f, b, batch)
-		err = f.Err()
-	}
-	if err == nil {
-		b.Commit()
-	}
+	picks, err := e.run(batch)
 	if e.opt.Clock.Now().Sub(start) > e.opt.StepTimeout {
 		e.mu.Lock()
 		e.slowSteps++
@@ -695,8 +686,7 @@ func (e *Engine) tick() bool {
 		eos[id] = true
 	}
 	after := e.opt.Clock.Now()
-	next := 0
-	for _, w := range batch {
+	for i, w := range batch {
 		l := w.l
 		if err != nil {
 			res.Failed = append(res.Failed, l.gen.ID)
@@ -708,8 +698,7 @@ func (e *Engine) tick() bool {
 		if !w.sample {
 			continue
 		}
-		p := picks[next]
-		next++
+		p := picks[i]
 		if p.err != nil {
 			res.Failed = append(res.Failed, l.gen.ID)
 			l.failed = p.err
@@ -757,68 +746,6 @@ type pick struct {
 	tok      int32
 	logprobs []Logprob
 	err      error
-}
-
-// sampleStep runs the step's forward pass and picks each sampling row's
-// token. Greedy rows without logprobs or a grammar take the argmax on the
-// device, so only their token ids cross to the host; the others copy their
-// row of logits and sample there with their own seeded sampler, a
-// constrained row among the tokens its mask allows (its logprobs are the
-// model's, before the mask).
-func (e *Engine) sampleStep(f *mlx.Frame, b *kvpool.Batch, batch []work) []pick {
-	logits := e.net.Forward(f, b)
-	var hostRows []int32
-	var sampling []*live
-	for _, w := range batch {
-		if !w.sample {
-			continue
-		}
-		sampling = append(sampling, w.l)
-		if !w.l.deviceGreedy() {
-			hostRows = append(hostRows, int32(len(sampling)-1))
-		}
-	}
-	ids := f.ToInt32s(f.Argmax(logits, 1, false))
-	var rows []float32
-	if len(hostRows) > 0 {
-		rows = f.ToFloat32s(f.Take(logits, f.Int32s(hostRows, len(hostRows)), 0))
-	}
-	if f.Err() != nil {
-		return nil
-	}
-	vocab := e.net.Config().Vocab
-	picks := make([]pick, len(sampling))
-	h := 0
-	for i, l := range sampling {
-		if l.deviceGreedy() {
-			picks[i] = pick{tok: ids[i]}
-			continue
-		}
-		row := rows[h*vocab : (h+1)*vocab]
-		h++
-		raw := row
-		if l.con != nil {
-			mask, err := l.waitMask()
-			if err != nil {
-				picks[i] = pick{err: fmt.Errorf("%w: %w", ErrConstraint, err)}
-				continue
-			}
-			if l.gen.TopLogprobs >= 0 {
-				row = slices.Clone(row)
-			}
-			if !applyMask(row, mask) {
-				picks[i] = pick{err: fmt.Errorf("%w: the grammar allows no token", ErrConstraint)}
-				continue
-			}
-		}
-		tok := l.sampler.Next(row)
-		picks[i] = pick{tok: tok}
-		if l.gen.TopLogprobs >= 0 {
-			chosen, top := sample.Logprobs(raw, tok, l.gen.TopLogprobs)
-			picks[i].logprobs = []Logprob{{Token: tok, Logprob: chosen.Logprob, Top: top}}
-		}
-	}
-	return picks
 }
 
 // deviceGreedy reports whether the row's token is the device's argmax.

@@ -52,6 +52,9 @@ type Batch struct {
 	last []int32
 	// spans is set when any row has a span in this step.
 	spans bool
+	// lazy is set when the token ids are a device array (BeginNext): Tokens
+	// holds placeholders until Resolve.
+	lazy  bool
 	start []int // per row: first flat index
 	// SampleAt holds the flat index of each sampling row's last token, in
 	// row order.
@@ -136,8 +139,47 @@ func (p *Pool) Begin(f *mlx.Frame, rows []Row) (*Batch, error) {
 	return b, nil
 }
 
-// CheckTokens reports a token id outside [0, vocab).
+// BeginNext is Begin for decode rows whose one new token each is not on
+// the host yet: ids, [len(rows)] int32 on the device (the picks of a step
+// still running), in row order. Rows' Tokens are ignored. It refuses a row
+// whose next position would need a new block, so a step built ahead and
+// then dropped never changes what sequences hold; Resolve gives the batch
+// its host tokens before Commit.
+func (p *Pool) BeginNext(f *mlx.Frame, rows []Row, ids mlx.Array) (*Batch, error) {
+	next := make([]Row, len(rows))
+	for r, row := range rows {
+		if row.Seq == nil || row.Seq.n%BlockTokens == 0 {
+			return nil, fmt.Errorf("kvpool: row %d: its next position starts a block", r)
+		}
+		next[r] = row
+		next[r].Tokens = []int32{-1}
+		next[r].Spans = nil
+		next[r].Embeds = nil
+	}
+	b, err := p.Begin(f, next)
+	if err != nil {
+		return nil, err
+	}
+	b.lazy = true
+	b.tokens = f.Reshape(f.AsType(ids, mlx.Int32), 1, len(rows))
+	return b, nil
+}
+
+// Resolve gives a BeginNext batch its rows' tokens, once they are known,
+// in row order.
+func (b *Batch) Resolve(tokens []int32) {
+	for r := range b.rows {
+		b.rows[r].Tokens = []int32{tokens[r]}
+		b.Tokens[b.start[r]] = tokens[r]
+	}
+}
+
+// CheckTokens reports a token id outside [0, vocab). The ids of a BeginNext
+// batch are a model's own picks over its vocabulary and are not checked.
 func (b *Batch) CheckTokens(vocab int) error {
+	if b.lazy {
+		return nil
+	}
 	for _, id := range b.Tokens {
 		if id < 0 || int(id) >= vocab {
 			return fmt.Errorf("token id %d outside vocabulary of %d", id, vocab)
@@ -230,8 +272,16 @@ func (b *Batch) SampleIndex() mlx.Array {
 // Commit records the step's tokens as stored and lets sliding groups drop
 // the blocks no later query can see. Call it once the forward pass has
 // evaluated without error.
-func (b *Batch) Commit() {
-	for _, row := range b.rows {
+func (b *Batch) Commit() { b.CommitRows(nil) }
+
+// CommitRows is Commit for the rows r with keep[r] (every row when keep is
+// nil); the others' sequences stay as they were before the step (what the
+// step wrote past their length is never read).
+func (b *Batch) CommitRows(keep []bool) {
+	for r, row := range b.rows {
+		if keep != nil && !keep[r] {
+			continue
+		}
 		s := row.Seq
 		before := s.n
 		s.toks = append(s.toks[:s.n], row.Tokens...)
@@ -488,7 +538,10 @@ func (b *Batch) store(li int, gs *groupStep, k, v mlx.Array) {
 		pool *mlx.Array
 		val  mlx.Array
 	}{{&p.k[li], k}, {&p.v[li], v}} {
-		updated := f.Keep(f.PutAlongAxis(*x.pool, idx, f.AsType(x.val, p.dtype), 0))
+		// The frame keeps no reference to the new array: the next step's
+		// store can update it in place even while this frame lives (a
+		// step built ahead of the read of this one).
+		updated := f.Detach(f.PutAlongAxis(*x.pool, idx, f.AsType(x.val, p.dtype), 0))
 		if !updated.Valid() {
 			return
 		}

@@ -8,6 +8,7 @@ package mlx
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"unsafe"
@@ -51,6 +52,23 @@ func (f *Frame) Keep(a Array) Array {
 	return a.Clone()
 }
 
+// Detach hands the frame's own reference to a, the frame's newest array, to
+// the caller, so that the frame no longer holds it (an array the frame
+// still held could not be updated in place by a later step while the
+// frame lives). It fails the frame when a is not its newest array.
+func (f *Frame) Detach(a Array) Array {
+	if !a.Valid() {
+		return Array{}
+	}
+	n := len(f.owned)
+	if n == 0 || f.owned[n-1] != a.c {
+		f.Fail(errors.New("mlx: Detach of an array that is not the frame's newest"))
+		return Array{}
+	}
+	f.owned = f.owned[:n-1]
+	return a
+}
+
 // Track hands a caller-owned array to the frame.
 func (f *Frame) Track(a Array) Array {
 	if a.Valid() {
@@ -87,6 +105,18 @@ func (f *Frame) Eval(arrays ...Array) error {
 		return f.err
 	}
 	if err := Eval(arrays...); err != nil {
+		f.err = err
+	}
+	return f.err
+}
+
+// AsyncEval queues the evaluation of arrays (see AsyncEval) unless the
+// frame has failed.
+func (f *Frame) AsyncEval(arrays ...Array) error {
+	if f.err != nil {
+		return f.err
+	}
+	if err := AsyncEval(arrays...); err != nil {
 		f.err = err
 	}
 	return f.err

@@ -392,6 +392,20 @@ func Eval(arrays ...Array) error {
 	return check("eval", C.mlx_eval(v))
 }
 
+// AsyncEval queues the evaluation of arrays on their streams and returns
+// without waiting; a later Eval (or a read) of them waits for the result.
+func AsyncEval(arrays ...Array) error {
+	v := C.mlx_vector_array_new()
+	defer C.mlx_vector_array_free(v)
+	for _, a := range arrays {
+		if !a.Valid() {
+			return ErrEmpty
+		}
+		C.mlx_vector_array_append_value(v, a.c)
+	}
+	return check("async_eval", C.mlx_async_eval(v))
+}
+
 // Memory statistics, in bytes.
 func ActiveMemory() uint64 {
 	var n C.size_t

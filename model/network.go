@@ -30,6 +30,15 @@ type EmbedReader interface {
 	ReadsEmbeds()
 }
 
+// LazyTokens is a Network whose Forward reads a step's token ids only
+// through kvpool.Batch.TokenIDs, so a step can be built before its tokens
+// reach the host (kvpool.Pool.BeginNext): the engine then builds a decode
+// step while the device still runs the one before.
+type LazyTokens interface {
+	Network
+	TakesLazyTokens()
+}
+
 // PoolLayers is the KV geometry of a config's layers, for kvpool.New.
 func PoolLayers(c Config) []kvpool.Layer {
 	out := make([]kvpool.Layer, len(c.Kinds))

@@ -30,8 +30,8 @@
 # warm-up that shares no prefix with the measured prompts.
 #
 # Settings: OUT (results folder, required), TOKENIZER_LLAMA and
-# TOKENIZER_GPTOSS (tokenizer.json paths), SERVERS (llama mode: ours,mlx-lm
-# or one of them, to split the run), CONCURRENCY, REQUESTS, WARM_REQUESTS,
+# TOKENIZER_GPTOSS (tokenizer.json paths), SERVERS (llama mode: ours,
+# ours-ahead (decode steps built ahead), mlx-lm, any of them), CONCURRENCY, REQUESTS, WARM_REQUESTS,
 # MAX_CONCURRENT, GPTOSS_CONCURRENCY, PROMPT_TOKENS, MAX_TOKENS,
 # HBM_BYTES_PER_S (default 4.8e12, the H200's).
 set -euo pipefail
@@ -112,15 +112,28 @@ llama)
 	# One server at a time: two MLX processes sharing the GPU starve each
 	# other of memory (each keeps its freed buffers), and a bench against
 	# one server should not share the GPU with another's work.
-	if [[ $SERVERS == *ours* ]]; then
-		"$PROVIDER" serve --no-auth --model "$CKPT" --addr 127.0.0.1:18500 --max-concurrent "$MAX_CONCURRENT" >"$OUT/logs/ours.log" 2>&1 &
-		PID[ours]=$!
-		wait_ready ours http://127.0.0.1:18500 300
-		sweep ours http://127.0.0.1:18500 "$(basename "$CKPT")" "$CONCURRENCY" "$OUT/sweep-ours"
-		kill "${PID[ours]}"
-		wait "${PID[ours]}" || true
-		unset 'PID[ours]'
-	fi
+	# ours runs with its defaults; ours-ahead runs the same binary with
+	# decode steps built ahead (PROVIDER_STEP_AHEAD=1). Each run's /metrics after the
+	# sweep says where its step time went (host build, wait for the device).
+	for target in ${SERVERS//,/ }; do
+		[[ $target == ours* ]] || continue
+		env PROVIDER_STEP_AHEAD="$([ "$target" = ours-ahead ] && echo 1 || echo 0)" \
+			"$PROVIDER" serve --no-auth --model "$CKPT" --addr 127.0.0.1:18500 --max-concurrent "$MAX_CONCURRENT" >"$OUT/logs/$target.log" 2>&1 &
+		PID[$target]=$!
+		wait_ready "$target" http://127.0.0.1:18500 300
+		sweep "$target" http://127.0.0.1:18500 "$(basename "$CKPT")" "$CONCURRENCY" "$OUT/sweep-$target"
+		# Four greedy answers, one request at a time: ours and ours-ahead
+		# must write the same tokens.
+		for i in 1 2 3 4; do
+			curl -sf http://127.0.0.1:18500/v1/completions -H 'Content-Type: application/json' \
+				-d "{\"model\":\"$(basename "$CKPT")\",\"prompt\":\"Story $i: once upon a time\",\"max_tokens\":48,\"temperature\":0}" |
+				$PY -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["choices"][0]["text"]))'
+		done >"$OUT/greedy-$target.txt" || true
+		curl -sf http://127.0.0.1:18500/metrics | grep -E '^provider_slot_(step|ahead)|^provider_engine_steps_total' >"$OUT/metrics-$target.txt" || true
+		kill "${PID[$target]}"
+		wait "${PID[$target]}" || true
+		unset "PID[$target]"
+	done
 	if [[ $SERVERS == *mlx-lm* ]]; then
 		# mlx-lm answers to the directory name it was started with; its
 		# batch sizes follow the requests in flight.
@@ -129,6 +142,18 @@ llama)
 		PID[mlx-lm]=$!
 		wait_ready mlx-lm http://127.0.0.1:18501 300 /v1/models
 		sweep mlx-lm http://127.0.0.1:18501 "$(basename "$CKPT")" "$CONCURRENCY" "$OUT/sweep-mlx-lm"
+	fi
+	if [ -f "$OUT/sweep-ours/results.json" ] && [ -f "$OUT/sweep-ours-ahead/results.json" ]; then
+		$PY - "$OUT/sweep-ours-ahead/results.json" "$OUT/sweep-ours/results.json" <<'EOF' | tee "$OUT/summary-ahead.txt"
+import json, sys
+ahead, stepped = (json.load(open(p))["targets"][0] for p in sys.argv[1:3])
+print("| concurrency | ahead out tok/s | stepped out tok/s | ratio | ahead TPOT p50 ms | stepped TPOT p50 ms |")
+print("|---:|---:|---:|---:|---:|---:|")
+for a, b in zip(ahead["levels"], stepped["levels"]):
+    sa, sb = a["summary"], b["summary"]
+    print(f'| {a["level"].get("concurrency")} | {sa["output_throughput"]:.1f} | {sb["output_throughput"]:.1f} '
+          f'| {sa["output_throughput"] / sb["output_throughput"]:.2f}x | {sa["tpot"]["p50_ms"]:.2f} | {sb["tpot"]["p50_ms"]:.2f} |')
+EOF
 	fi
 	[ -f "$OUT/sweep-ours/results.json" ] && [ -f "$OUT/sweep-mlx-lm/results.json" ] || exit 0
 	WEIGHT_BYTES=$(du -cb "$CKPT"/*.safetensors | tail -1 | cut -f1)

@@ -299,6 +299,9 @@ func writeSlots(b io.Writer, snaps []slots.Snapshot) {
 	series("provider_slot_tokens_max", "gauge", "KV tokens the slot's grant holds.", func(s slots.Snapshot) float64 { return float64(s.TokensMax) })
 	series("provider_slot_decode_tokens_per_second", "gauge", "Observed decode rate (moving average over steps).", func(s slots.Snapshot) float64 { return s.DecodeTPS })
 	series("provider_slot_prefill_tokens_per_second", "gauge", "Observed prefill rate (moving average over steps).", func(s slots.Snapshot) float64 { return s.PrefillTPS })
+	series("provider_slot_step_build_seconds_total", "counter", "Host time the slot's steps spent building and queueing their forward passes.", func(s slots.Snapshot) float64 { return s.StepBuild })
+	series("provider_slot_step_wait_seconds_total", "counter", "Host time the slot's steps spent waiting for the device's results.", func(s slots.Snapshot) float64 { return s.StepWait })
+	series("provider_slot_ahead_steps_total", "counter", "Steps that ran from a decode step built ahead of the read of the one before.", func(s slots.Snapshot) float64 { return float64(s.AheadSteps) })
 	series("provider_slot_time_since_step_seconds", "gauge", "Seconds since the slot's last step (-1: none yet).", func(s slots.Snapshot) float64 { return s.SinceStep })
 	series("provider_slot_time_since_first_token_seconds", "gauge", "Seconds since the slot's last first token (-1: none yet).", func(s slots.Snapshot) float64 { return s.SinceFirstToken })
 	series("provider_slot_wedge_suspected", "gauge", "1 while the wedge detector suspects the slot's engine.", func(s slots.Snapshot) float64 {

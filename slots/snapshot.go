@@ -40,6 +40,12 @@ type Snapshot struct {
 	DecodeTPS, PrefillTPS float64
 	// Steps counts the engine's completed steps.
 	Steps uint64
+	// StepBuild and StepWait are the seconds the engine's steps spent
+	// building and queueing their forward passes on the host, and waiting
+	// for the device's results; AheadSteps counts the steps that ran from
+	// a decode step built ahead of the read of the one before.
+	StepBuild, StepWait float64
+	AheadSteps          uint64
 	// SinceStep and SinceFirstToken are seconds since the last step and
 	// the last first token (negative: never).
 	SinceStep, SinceFirstToken float64

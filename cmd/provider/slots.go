@@ -276,7 +276,7 @@ func (sl *serveLoader) Load(_ context.Context, name string, grant int64) (slots.
 	}
 	l.name = name
 	l.net = withFaults(l.net)
-	opt := engine.Options{Sched: engine.Config{MaxConcurrent: sl.conc}, KVCapacity: grant, Clock: sl.clock, BeforeStep: sl.beforeStep}
+	opt := engine.Options{Sched: engine.Config{MaxConcurrent: sl.conc}, KVCapacity: grant, Clock: sl.clock, BeforeStep: sl.beforeStep, Ahead: os.Getenv("PROVIDER_STEP_AHEAD") == "1"}
 	if opt.Prefix, err = sl.prefix(l, e, grant); err != nil {
 		l.close()
 		return nil, err
@@ -531,6 +531,8 @@ func (si *slotInstance) Snapshot() slots.Snapshot {
 		DecodeTPS: r.DecodeTPS, PrefillTPS: r.PrefillTPS, Steps: st.Steps,
 		SinceStep: -1, SinceFirstToken: -1,
 	}
+	tm := e.StepTimes()
+	snap.StepBuild, snap.StepWait, snap.AheadSteps = tm.Build.Seconds(), tm.Wait.Seconds(), tm.AheadSteps
 	if st.KVBytesPerToken > 0 {
 		snap.TokensUsed, snap.TokensMax = st.KVUsed/st.KVBytesPerToken, st.KVCapacity/st.KVBytesPerToken
 	}

@@ -109,6 +109,10 @@ func (m *Model) Config() model.Config { return m.cfg }
 // caller.
 func (m *Model) Close() {}
 
+// TakesLazyTokens: Forward reads token ids only through b.TokenIDs
+// (model.LazyTokens).
+func (m *Model) TakesLazyTokens() {}
+
 // Forward runs one step of b through the network and returns the float32
 // logits at b's logit rows, [rows, vocab].
 func (m *Model) Forward(f *mlx.Frame, b *kvpool.Batch) mlx.Array {

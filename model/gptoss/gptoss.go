@@ -240,6 +240,10 @@ func (m *Model) Close() {
 	m.freqs = mlx.Array{}
 }
 
+// TakesLazyTokens: Forward reads token ids only through b.TokenIDs
+// (model.LazyTokens).
+func (m *Model) TakesLazyTokens() {}
+
 // Forward runs one step of b through the network: every row's new tokens,
 // flattened, and returns the float32 logits at b's logit rows, [rows,
 // vocab]. The returned array belongs to f.

@@ -88,6 +88,10 @@ func (m *Model) Config() model.Config { return m.cfg }
 // Close releases arrays the Model created (not the weights).
 func (m *Model) Close() { m.freqs.Free() }
 
+// TakesLazyTokens: Forward reads token ids only through b.TokenIDs
+// (model.LazyTokens).
+func (m *Model) TakesLazyTokens() {}
+
 // Forward runs one step of b through the network and returns the float32
 // logits at b's logit rows, [rows, vocab].
 func (m *Model) Forward(f *mlx.Frame, b *kvpool.Batch) mlx.Array {
