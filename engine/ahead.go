@@ -194,6 +194,17 @@ func (e *Engine) run(batch []work) ([]pick, error) {
 		}
 	}
 	t2 := e.opt.Clock.Now()
+	if e.opt.Log != nil && t2.Sub(t0) >= time.Second {
+		decode, tokens := 0, 0
+		for _, w := range batch {
+			tokens += len(w.tokens)
+			if w.decode {
+				decode++
+			}
+		}
+		e.opt.Log.Warn("slow step", "rows", len(batch), "decode_rows", decode, "tokens", tokens, "passes", len(passes),
+			"build_ms", t1.Sub(t0).Milliseconds(), "wait_ms", t2.Sub(t1).Milliseconds())
+	}
 	e.mu.Lock()
 	e.times.Steps++
 	if len(passes) > 0 && passes[0].keep != nil {

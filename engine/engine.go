@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"math/bits"
 	"slices"
@@ -46,6 +47,10 @@ type Options struct {
 	// faster, because there the device's time, not the host's, bounds a
 	// step.
 	Ahead bool
+	// Log, when set, gets a warning for every step that takes a second or
+	// more, with its shape and where its time went (a kernel compiled on
+	// first use, a stall of the device).
+	Log *slog.Logger
 	// BeforeStep, when set, runs on the loop's goroutine (not the MLX
 	// thread) before every step: tests freeze an engine with it.
 	BeforeStep func()

@@ -72,6 +72,10 @@ type groupStep struct {
 	// store's index [N, 1, 1], made on first use.
 	slots   []int32
 	scatter mlx.Array
+	// idx is scatter broadcast to [N, idxKV, idxDim], for the layers of
+	// that geometry (all of a group's, in most models).
+	idx           mlx.Array
+	idxKV, idxDim int
 	// Fused kernel: write slots [N], block tables [R, MB], (row, position)
 	// of each token [N, 2].
 	write, table, meta mlx.Array
@@ -85,10 +89,14 @@ type groupStep struct {
 // opsPart is one padded attention call of the MLX-ops path: R rows of at
 // most Tq queries over at most L keys (L a whole number of blocks, so
 // shapes change rarely), key gather [R*L], query gather [R*Tq], mask [R,
-// 1, Tq, L].
+// 1, Tq, L]; qIdx is invalid when the part's queries are the step's in
+// order (decode rows alone).
 type opsPart struct {
 	R, Tq, L           int
 	gather, qIdx, mask mlx.Array
+	// from is the first slot when the keys are the run of slots from ..
+	// from+R*L-1 (gather invalid), else -1.
+	from int
 	// exact: one row, its keys unpadded and unmasked (mask invalid).
 	exact bool
 }
@@ -444,8 +452,28 @@ func (b *Batch) opsPart(gi int, rows []int, causal bool) opsPart {
 			}
 		}
 	}
-	part.gather = f.Int32s(gather, R*L)
-	part.qIdx = f.Int32s(qIdx, R*Tq)
+	// Keys in consecutive slots (a row within one block, or blocks
+	// allocated in a run) are a slice of the pool: a view, where a gather
+	// would copy them.
+	part.from = -1
+	if run := len(gather) > 0; run {
+		for k, x := range gather {
+			run = run && x == gather[0]+int32(k)
+		}
+		if run {
+			part.from = int(gather[0])
+		}
+	}
+	if part.from < 0 {
+		part.gather = f.Int32s(gather, R*L)
+	}
+	identity := len(qIdx) == len(b.Tokens)
+	for i, x := range qIdx {
+		identity = identity && int(x) == i
+	}
+	if !identity {
+		part.qIdx = f.Int32s(qIdx, R*Tq)
+	}
 	if mask != nil {
 		part.mask = f.Greater(f.Int32s(mask, R, 1, Tq, L), f.ScalarInt(0))
 	}
@@ -491,10 +519,20 @@ func (b *Batch) attend(li int, q, k, v mlx.Array, scale float32, sinks mlx.Array
 	outs := make([]mlx.Array, len(gs.parts))
 	for i, part := range gs.parts {
 		keys := func(pool mlx.Array) mlx.Array {
-			x := f.Reshape(f.Take(pool, part.gather, 0), part.R, part.L, l.KVHeads, l.HeadDim)
+			var x mlx.Array
+			if part.from >= 0 {
+				x = f.Slice(pool, []int{part.from, 0, 0}, []int{part.from + part.R*part.L, l.KVHeads, l.HeadDim})
+			} else {
+				x = f.Take(pool, part.gather, 0)
+			}
+			x = f.Reshape(x, part.R, part.L, l.KVHeads, l.HeadDim)
 			return f.Transpose(x, 0, 2, 1, 3)
 		}
-		qq := f.Transpose(f.Reshape(f.Take(q, part.qIdx, 0), part.R, part.Tq, H, D), 0, 2, 1, 3)
+		qp := q
+		if part.qIdx.Valid() {
+			qp = f.Take(q, part.qIdx, 0)
+		}
+		qq := f.Transpose(f.Reshape(qp, part.R, part.Tq, H, D), 0, 2, 1, 3)
 		mode := "array"
 		switch {
 		case part.exact && part.Tq > 1:
@@ -533,7 +571,10 @@ func (b *Batch) store(li int, gs *groupStep, k, v mlx.Array) {
 	if !gs.scatter.Valid() {
 		gs.scatter = f.Int32s(gs.slots, len(gs.slots), 1, 1)
 	}
-	idx := f.BroadcastTo(gs.scatter, len(b.Tokens), l.KVHeads, l.HeadDim)
+	if !gs.idx.Valid() || gs.idxKV != l.KVHeads || gs.idxDim != l.HeadDim {
+		gs.idx, gs.idxKV, gs.idxDim = f.BroadcastTo(gs.scatter, len(b.Tokens), l.KVHeads, l.HeadDim), l.KVHeads, l.HeadDim
+	}
+	idx := gs.idx
 	for _, x := range []struct {
 		pool *mlx.Array
 		val  mlx.Array

@@ -41,18 +41,28 @@ func (p *Pool) blockParts(blocks []int32, fn func(pool *mlx.Array, at, rows int,
 
 // ReadBlock copies out the keys and values one block holds in every group
 // (blocks: one per group, as Seq.Block gives them, all held), PayloadBytes
-// long.
+// long. The parts are gathered into one new array on the device and read
+// once: the host never reads the pool's own buffers (on CUDA they are
+// managed memory, whose pages a host read would migrate away from the
+// device under the next step).
 func (p *Pool) ReadBlock(f *mlx.Frame, blocks []int32) ([]byte, error) {
-	out := make([]byte, 0, p.PayloadBytes())
+	var parts []mlx.Array
 	err := p.blockParts(blocks, func(pool *mlx.Array, at, rows int, l Layer) error {
-		b := f.ToBytes(f.Slice(*pool, []int{at, 0, 0}, []int{at + rows, l.KVHeads, l.HeadDim}))
-		if f.Err() != nil {
-			return fmt.Errorf("kvpool: read block: %w", f.Err())
-		}
-		out = append(out, b...)
+		s := f.Slice(*pool, []int{at, 0, 0}, []int{at + rows, l.KVHeads, l.HeadDim})
+		parts = append(parts, f.Reshape(s, rows*l.KVHeads*l.HeadDim))
 		return nil
 	})
-	return out, err
+	if err != nil || len(parts) == 0 {
+		return []byte{}, err
+	}
+	out := f.ToBytes(f.Concatenate(0, parts...))
+	if f.Err() != nil {
+		return nil, fmt.Errorf("kvpool: read block: %w", f.Err())
+	}
+	if len(out) != p.PayloadBytes() {
+		return nil, fmt.Errorf("kvpool: read block: %d bytes, want %d", len(out), p.PayloadBytes())
+	}
+	return out, nil
 }
 
 // AllocBlock takes one free block in every group, growing the storage as

@@ -240,6 +240,19 @@ func (f *Frame) Round(a Array, decimals int) Array {
 // SiLU is x * sigmoid(x).
 func (f *Frame) SiLU(x Array) Array { return f.Multiply(x, f.Sigmoid(x)) }
 
+// SwiGLU is SiLU(g) * u. On a GPU it runs as one compiled, fused kernel
+// (three launches otherwise); on the CPU as the three ops.
+func (f *Frame) SwiGLU(g, u Array) Array {
+	if f.s.IsCPU() {
+		return f.Multiply(f.SiLU(g), u)
+	}
+	return f.swigluCompiled(g, u)
+}
+
+func (f *Frame) swigluCompiled(g, u Array) Array {
+	return f.op("swiglu", func(r *C.mlx_array) C.int { return C.mlx_swiglu_compiled(r, g.c, u.c, f.s.c) }, g, u)
+}
+
 // Where selects x where cond holds, else y.
 func (f *Frame) Where(cond, x, y Array) Array {
 	return f.op("where", func(r *C.mlx_array) C.int { return C.mlx_where(r, cond.c, x.c, y.c, f.s.c) }, cond, x, y)

@@ -36,6 +36,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"unsafe"
 )
@@ -404,6 +405,30 @@ func AsyncEval(arrays ...Array) error {
 		C.mlx_vector_array_append_value(v, a.c)
 	}
 	return check("async_eval", C.mlx_async_eval(v))
+}
+
+// GraphPrimitives counts, by name, the primitives evaluating arrays would
+// run (arrays already evaluated are leaves): what a step costs in kernel
+// launches.
+func GraphPrimitives(arrays ...Array) (map[string]int, error) {
+	v := C.mlx_vector_array_new()
+	defer C.mlx_vector_array_free(v)
+	for _, a := range arrays {
+		if !a.Valid() {
+			return nil, ErrEmpty
+		}
+		C.mlx_vector_array_append_value(v, a.c)
+	}
+	var res *C.char
+	if err := check("graph_primitives", C.mlx_graph_primitives(&res, v)); err != nil {
+		return nil, err
+	}
+	defer C.free(unsafe.Pointer(res))
+	counts := map[string]int{}
+	for _, name := range strings.Fields(C.GoString(res)) {
+		counts[name]++
+	}
+	return counts, nil
 }
 
 // Memory statistics, in bytes.

@@ -105,6 +105,10 @@ int mlx_stream_device_memory(bool* gpu, size_t* total, const char** total_key, s
 /* transforms and memory */
 int mlx_eval(const mlx_vector_array outputs);
 int mlx_async_eval(const mlx_vector_array outputs);
+/* extension: the primitives evaluating outputs would run, one name per
+ * line (an op with several outputs once), into a malloc'd string the
+ * caller frees; arrays already evaluated are not descended into. */
+int mlx_graph_primitives(char** res, const mlx_vector_array outputs);
 int mlx_get_active_memory(size_t* res);
 int mlx_get_peak_memory(size_t* res);
 int mlx_reset_peak_memory(void);
@@ -134,6 +138,8 @@ int mlx_sqrt(mlx_array* res, const mlx_array a, const mlx_stream s);
 int mlx_rsqrt(mlx_array* res, const mlx_array a, const mlx_stream s);
 int mlx_square(mlx_array* res, const mlx_array a, const mlx_stream s);
 int mlx_sigmoid(mlx_array* res, const mlx_array a, const mlx_stream s);
+/* extension: silu(g) * u as one compiled (fused, shapeless) function. */
+int mlx_swiglu_compiled(mlx_array* res, const mlx_array g, const mlx_array u, const mlx_stream s);
 int mlx_tanh(mlx_array* res, const mlx_array a, const mlx_stream s);
 int mlx_erf(mlx_array* res, const mlx_array a, const mlx_stream s);
 int mlx_cos(mlx_array* res, const mlx_array a, const mlx_stream s);

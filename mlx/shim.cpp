@@ -5,11 +5,13 @@
 // exceptions and reports them through the installed error handler, so an MLX
 // error becomes a status code, never a process exit.
 
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <initializer_list>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <variant>
 #include <vector>
 
@@ -274,6 +276,47 @@ int mlx_eval(const mlx_vector_array outputs) {
 
 int mlx_async_eval(const mlx_vector_array outputs) {
   return guard([&] { mx::async_eval(vec(outputs)); });
+}
+
+int mlx_swiglu_compiled(mlx_array* res, const mlx_array g, const mlx_array u, const mlx_stream s) {
+  return guard([&] {
+    // One compiled function for the process; its traces take the stream in
+    // effect when they are made, and a process runs a device on one stream.
+    static auto fn = mx::compile(
+        [](const std::vector<mx::array>& in) {
+          return std::vector<mx::array>{mx::multiply(mx::multiply(in[0], mx::sigmoid(in[0])), in[1])};
+        },
+        /*shapeless=*/true);
+    mx::StreamContext ctx(strm(s));
+    set(res, fn({arr(g), arr(u)})[0]);
+  });
+}
+
+int mlx_graph_primitives(char** res, const mlx_vector_array outputs) {
+  return guard([&] {
+    std::string names;
+    // By array: a primitive object may be shared by several nodes (a
+    // shapeless compiled function's), and an op's outputs are siblings.
+    std::unordered_set<std::uintptr_t> seen;
+    std::vector<mx::array> stack = vec(outputs);
+    while (!stack.empty()) {
+      mx::array a = stack.back();
+      stack.pop_back();
+      if (!a.has_primitive() || !seen.insert(a.id()).second) {
+        continue;
+      }
+      for (auto& s : a.siblings()) {
+        seen.insert(s.id());
+      }
+      names += a.primitive().name();
+      names += '\n';
+      for (auto& in : a.inputs()) {
+        stack.push_back(in);
+      }
+    }
+    *res = static_cast<char*>(std::malloc(names.size() + 1));
+    std::memcpy(*res, names.c_str(), names.size() + 1);
+  });
 }
 
 int mlx_get_active_memory(size_t* res) { return guard([&] { *res = mx::get_active_memory(); }); }

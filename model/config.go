@@ -3,6 +3,7 @@ package model
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/goprovider/provider/mlx"
 )
@@ -53,7 +54,11 @@ type Config struct {
 	// ActDType is the dtype of activations and KV cache. Float32 on CPU keeps
 	// outputs comparable with reference implementations.
 	ActDType mlx.Dtype
-	Kinds    []LayerKind
+	// CheckpointDType is the float type the checkpoint's config.json
+	// declares for its unquantized weights ("bfloat16", "float16",
+	// "float32"); empty when it declares none (GGUF files).
+	CheckpointDType string
+	Kinds           []LayerKind
 	// ReferenceNumerics makes the forward pass compute as llama.cpp's CPU
 	// backend does, so outputs can be compared with llama.cpp token for
 	// token. Matmuls with Q4_1, Q8_0 and F32 weights, and in the llama
@@ -114,4 +119,22 @@ func uniformKinds(layers, kvHeads, headDim int) []LayerKind {
 		kinds[i] = LayerKind{KVHeads: kvHeads, HeadDim: headDim, SharedFrom: -1}
 	}
 	return kinds
+}
+
+// AcceleratorDType is the type activations and the KV cache take on a GPU,
+// where float32 would double every activation's and every cached key's
+// traffic and select the slower matmul kernels: the checkpoint's declared
+// float type; bfloat16 for the Gemma families (their activations overflow
+// float16) unless float32 is declared; float16 otherwise (what llama.cpp
+// computes in on a GPU).
+func (c Config) AcceleratorDType() mlx.Dtype {
+	declared := map[string]mlx.Dtype{"bfloat16": mlx.BFloat16, "float16": mlx.Float16, "float32": mlx.Float32}
+	d, ok := declared[c.CheckpointDType]
+	switch {
+	case strings.HasPrefix(c.Arch, "gemma") && d != mlx.Float32:
+		return mlx.BFloat16
+	case ok:
+		return d
+	}
+	return mlx.Float16
 }

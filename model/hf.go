@@ -1,6 +1,7 @@
 package model
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,6 +35,8 @@ type hfConfig struct {
 	EOSTokenID         json.RawMessage `json:"eos_token_id"`
 	Quantization       *hfQuant        `json:"quantization"`
 	QuantizationConfig *hfQuant        `json:"quantization_config"`
+	DType              string          `json:"dtype"`
+	TorchDType         string          `json:"torch_dtype"`
 }
 
 type hfQuant struct {
@@ -123,6 +126,9 @@ func (hc *hfConfig) config() (Config, error) {
 		TiedEmbedding: hc.TieWordEmbeddings != nil && *hc.TieWordEmbeddings,
 		BOS:           -1,
 		ActDType:      mlx.Float32,
+	}
+	if _, _, err := checkpointDType(hc.DType, hc.TorchDType); err == nil {
+		c.CheckpointDType = cmp.Or(hc.DType, hc.TorchDType)
 	}
 	if c.KVHeads == 0 {
 		c.KVHeads = c.Heads

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -127,6 +128,8 @@ func (s *hfShape) config(arch string, tiedByDefault bool) (Config, string, error
 		BOS:           -1,
 		EOS:           tokenIDs(s.EOSTokenID),
 		ActDType:      dtype,
+		// A declared type checkpointDType accepted.
+		CheckpointDType: cmp.Or(s.DType, s.TorchDType),
 	}
 	if s.TieWordEmbeddings != nil {
 		c.TiedEmbedding = *s.TieWordEmbeddings

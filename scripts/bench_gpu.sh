@@ -81,6 +81,16 @@ sweep() {
 		--ignore-eos --warmup 0 --seed 1 --progress=false --out "$5"
 }
 
+# greedy TARGET URL MODEL: four greedy answers, one request at a time, into
+# greedy-TARGET.txt (servers that compute alike write the same text).
+greedy() {
+	for i in 1 2 3 4; do
+		curl -sf "$2/v1/completions" -H 'Content-Type: application/json' \
+			-d "{\"model\":\"$3\",\"prompt\":\"Story $i: once upon a time\",\"max_tokens\":48,\"temperature\":0}" |
+			$PY -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["choices"][0]["text"]))'
+	done >"$OUT/greedy-$1.txt" || true
+}
+
 wait_ready() { # name url seconds [path answering 200 once ready]
 	local deadline=$(($(date +%s) + $3))
 	until curl -sf "$2${4:-/health}" >/dev/null 2>&1; do
@@ -122,13 +132,7 @@ llama)
 		PID[$target]=$!
 		wait_ready "$target" http://127.0.0.1:18500 300
 		sweep "$target" http://127.0.0.1:18500 "$(basename "$CKPT")" "$CONCURRENCY" "$OUT/sweep-$target"
-		# Four greedy answers, one request at a time: ours and ours-ahead
-		# must write the same tokens.
-		for i in 1 2 3 4; do
-			curl -sf http://127.0.0.1:18500/v1/completions -H 'Content-Type: application/json' \
-				-d "{\"model\":\"$(basename "$CKPT")\",\"prompt\":\"Story $i: once upon a time\",\"max_tokens\":48,\"temperature\":0}" |
-				$PY -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["choices"][0]["text"]))'
-		done >"$OUT/greedy-$target.txt" || true
+		greedy "$target" http://127.0.0.1:18500 "$(basename "$CKPT")"
 		curl -sf http://127.0.0.1:18500/metrics | grep -E '^provider_slot_(step|ahead)|^provider_engine_steps_total' >"$OUT/metrics-$target.txt" || true
 		kill "${PID[$target]}"
 		wait "${PID[$target]}" || true
@@ -142,6 +146,7 @@ llama)
 		PID[mlx-lm]=$!
 		wait_ready mlx-lm http://127.0.0.1:18501 300 /v1/models
 		sweep mlx-lm http://127.0.0.1:18501 "$(basename "$CKPT")" "$CONCURRENCY" "$OUT/sweep-mlx-lm"
+		greedy mlx-lm http://127.0.0.1:18501 "$(basename "$CKPT")"
 	fi
 	if [ -f "$OUT/sweep-ours/results.json" ] && [ -f "$OUT/sweep-ours-ahead/results.json" ]; then
 		$PY - "$OUT/sweep-ours-ahead/results.json" "$OUT/sweep-ours/results.json" <<'EOF' | tee "$OUT/summary-ahead.txt"

@@ -102,7 +102,9 @@ func runGenerate(args []string) error {
 			return
 		}
 		defer s.Free()
-		cpuNumerics(&m.Config, s)
+		if err = numerics(&m.Config, s); err != nil {
+			return
+		}
 		var net model.Network
 		var w *model.Weights
 		if group.Size() > 1 {

@@ -436,7 +436,9 @@ func loadModel(open func() (*model.Model, string, weightSource, error), device s
 		if l.s, err = stream(device); err != nil {
 			return
 		}
-		cpuNumerics(&m.Config, l.s)
+		if err = numerics(&m.Config, l.s); err != nil {
+			return
+		}
 		if group.Size() > 1 {
 			l.net, l.w, l.slot, err = loadShard(group, src, device, m, l.s)
 			l.group = group
@@ -457,19 +459,34 @@ func loadModel(open func() (*model.Model, string, weightSource, error), device s
 	return l, nil
 }
 
-// cpuNumerics sets a model's numerics for a CPU stream: float32
+// numerics sets a model's numerics for its stream. On the CPU: float32
 // activations (MLX's CPU kernels, the experts' gathered matmuls among them,
 // run in float32; a half-precision checkpoint is widened), and, with
 // PROVIDER_CPU_INT8=1, 8-bit activations into the integer matmul kernel
 // (model.Config.Int8Activations; off by default: its matmuls are faster
 // but whole decode steps have not yet measured clearly faster, and it
-// changes the outputs). Other streams are left as they are.
-func cpuNumerics(c *model.Config, s mlx.Stream) {
-	if !s.IsCPU() {
-		return
+// changes the outputs). On a GPU: activations and the KV cache in
+// Config.AcceleratorDType (the checkpoint's half type), or in the type
+// PROVIDER_GPU_DTYPE names (float32, float16, bfloat16).
+func numerics(c *model.Config, s mlx.Stream) error {
+	if s.IsCPU() {
+		c.ActDType = mlx.Float32
+		c.Int8Activations = os.Getenv("PROVIDER_CPU_INT8") == "1"
+		return nil
 	}
-	c.ActDType = mlx.Float32
-	c.Int8Activations = os.Getenv("PROVIDER_CPU_INT8") == "1"
+	c.ActDType = c.AcceleratorDType()
+	switch v := os.Getenv("PROVIDER_GPU_DTYPE"); v {
+	case "":
+	case "float32":
+		c.ActDType = mlx.Float32
+	case "float16":
+		c.ActDType = mlx.Float16
+	case "bfloat16":
+		c.ActDType = mlx.BFloat16
+	default:
+		return fmt.Errorf("PROVIDER_GPU_DTYPE=%q: want float32, float16 or bfloat16", v)
+	}
+	return nil
 }
 
 // prefixBudget is a model's prefix cache budget: requested bytes (0:

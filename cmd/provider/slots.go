@@ -276,7 +276,7 @@ func (sl *serveLoader) Load(_ context.Context, name string, grant int64) (slots.
 	}
 	l.name = name
 	l.net = withFaults(l.net)
-	opt := engine.Options{Sched: engine.Config{MaxConcurrent: sl.conc}, KVCapacity: grant, Clock: sl.clock, BeforeStep: sl.beforeStep, Ahead: os.Getenv("PROVIDER_STEP_AHEAD") == "1"}
+	opt := engine.Options{Sched: engine.Config{MaxConcurrent: sl.conc}, KVCapacity: grant, Clock: sl.clock, BeforeStep: sl.beforeStep, Ahead: os.Getenv("PROVIDER_STEP_AHEAD") == "1", Log: sl.log.With("model", name)}
 	if opt.Prefix, err = sl.prefix(l, e, grant); err != nil {
 		l.close()
 		return nil, err

@@ -117,7 +117,7 @@ func (m *Model) Forward(f *mlx.Frame, b *kvpool.Batch) mlx.Array {
 		if c.ReferenceNumerics {
 			act = f.RefSwiGLU(g, u)
 		} else {
-			act = f.Multiply(f.SiLU(g), u)
+			act = f.SwiGLU(g, u)
 		}
 		x = f.Add(x, l.down.Linear(f, act))
 	}

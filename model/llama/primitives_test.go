@@ -1,0 +1,114 @@
+package llama_test
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/goprovider/provider/engine/enginetest"
+	"github.com/goprovider/provider/kvpool"
+	"github.com/goprovider/provider/mlx"
+	"github.com/goprovider/provider/model"
+	"github.com/goprovider/provider/model/llama"
+)
+
+// BenchmarkDecodeStep times one decode step of rows 1 and 8 (each after a
+// prompt of about 128 tokens) on the MLX-ops path, the one a GPU runs, and
+// reports the primitives the step evaluates (each a kernel launch on a
+// GPU). PROVIDER_BENCH_MODEL names the checkpoint (default SmolLM2).
+func BenchmarkDecodeStep(b *testing.B) {
+	path := os.Getenv("PROVIDER_BENCH_MODEL")
+	if path == "" {
+		path = enginetest.SmolLM2()
+	}
+	m, err := model.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	th := mlx.NewThread()
+	defer th.Close()
+	var s mlx.Stream
+	var w *model.Weights
+	var net *llama.Model
+	th.Do(func() {
+		s = mlx.DefaultStream()
+		// As serve runs it on a GPU (on the CPU too: the ops path).
+		m.Config.ActDType = m.Config.AcceleratorDType()
+		if w, err = m.Upload(s); err == nil {
+			net, err = llama.New(m.Config, w)
+		}
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer th.Do(func() { net.Close(); w.Free(); s.Free() })
+	for _, rows := range []int{1, 8} {
+		b.Run(fmt.Sprint("rows", rows), func(b *testing.B) {
+			th.Do(func() { benchDecodeStep(b, s, m.Config, net, rows) })
+		})
+	}
+}
+
+func benchDecodeStep(b *testing.B, s mlx.Stream, cfg model.Config, net *llama.Model, rows int) {
+	p, err := kvpool.New(s, cfg.ActDType, model.PoolLayers(cfg), kvpool.Options{Ops: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	seqs := make([]*kvpool.Seq, rows)
+	pre := make([]kvpool.Row, rows)
+	for r := range seqs {
+		seqs[r] = p.NewSeq()
+		toks := make([]int32, 120+r)
+		for i := range toks {
+			toks[i] = int32(100 + (i*7+r)%1000)
+		}
+		pre[r] = kvpool.Row{Seq: seqs[r], Tokens: toks, Sample: true}
+	}
+	step := func(rs []kvpool.Row, count bool) []int32 {
+		f := mlx.NewFrame(s)
+		defer f.Free()
+		bt, err := p.Begin(f, rs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		out := f.Argmax(net.Forward(f, bt), 1, false)
+		if count {
+			counts, err := mlx.GraphPrimitives(out)
+			if err != nil {
+				b.Fatal(err)
+			}
+			total := 0
+			var names []string
+			for n, c := range counts {
+				total += c
+				names = append(names, fmt.Sprintf("%s=%d", n, c))
+			}
+			sort.Strings(names)
+			b.ReportMetric(float64(total), "primitives/step")
+			b.Logf("%d rows: %d primitives: %s", rows, total, strings.Join(names, " "))
+		}
+		ids := f.ToInt32s(out)
+		if err := f.Err(); err != nil {
+			b.Fatal(err)
+		}
+		bt.Commit()
+		return ids
+	}
+	ids := step(pre, false)
+	next := func() []kvpool.Row {
+		dec := make([]kvpool.Row, rows)
+		for r := range dec {
+			dec[r] = kvpool.Row{Seq: seqs[r], Tokens: []int32{ids[r]}, Sample: true}
+		}
+		return dec
+	}
+	ids = step(next(), true)
+	b.ResetTimer()
+	for range b.N {
+		ids = step(next(), false)
+	}
+}
