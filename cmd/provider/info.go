@@ -32,14 +32,18 @@ type infoReport struct {
 	KVBytesPerToken    int64         `json:"kv_bytes_per_token"`
 	Tokens             int           `json:"tokens"`
 	KVBytesPerSequence int64         `json:"kv_bytes_per_sequence"`
-	AdoptionBound      int           `json:"adoption_bound"`
-	Params             int64         `json:"params"`
-	WeightBytes        *int64        `json:"weight_bytes"` // null when no estimate is possible
-	WeightBytesSource  string        `json:"weight_bytes_source"`
-	WeightBytesOnDisk  *int64        `json:"weight_bytes_on_disk,omitempty"`
-	Weights            []partReport  `json:"weights"`
-	Quantization       *quantReport  `json:"quantization"`
-	Notes              []string      `json:"notes,omitempty"`
+	// On a GPU serve caches (and computes) in GPUKVDType instead.
+	GPUKVDType            string       `json:"gpu_kv_dtype"`
+	GPUKVBytesPerToken    int64        `json:"gpu_kv_bytes_per_token"`
+	GPUKVBytesPerSequence int64        `json:"gpu_kv_bytes_per_sequence"`
+	AdoptionBound         int          `json:"adoption_bound"`
+	Params                int64        `json:"params"`
+	WeightBytes           *int64       `json:"weight_bytes"` // null when no estimate is possible
+	WeightBytesSource     string       `json:"weight_bytes_source"`
+	WeightBytesOnDisk     *int64       `json:"weight_bytes_on_disk,omitempty"`
+	Weights               []partReport `json:"weights"`
+	Quantization          *quantReport `json:"quantization"`
+	Notes                 []string     `json:"notes,omitempty"`
 	// TensorParallel is each rank's share under --tp N (absent without).
 	TensorParallel []rankReport `json:"tensor_parallel,omitempty"`
 }
@@ -209,10 +213,14 @@ func describe(info model.Info, tokens int, supported []string) infoReport {
 		Weights:            []partReport{},
 		Notes:              info.Notes,
 	}
+	gpu := c
+	gpu.ActDType = c.AcceleratorDType()
+	gl := engine.LayoutOf(gpu)
+	r.GPUKVDType, r.GPUKVBytesPerToken, r.GPUKVBytesPerSequence = gpu.ActDType.String(), gl.BytesPerToken(), gl.SequenceBytes(tokens)
 	if slices.Contains(supported, c.Arch) {
 		adapter := c.Arch
 		r.Adapter = &adapter
-		r.KVDTypeReason = fmt.Sprintf("the %s adapter caches keys and values in its activation dtype, %s, so its outputs stay comparable with the reference implementations", c.Arch, c.ActDType)
+		r.KVDTypeReason = fmt.Sprintf("the %s adapter caches keys and values in its activation dtype, %s on the CPU, so its outputs stay comparable with the reference implementations; on a GPU in %s (gpu_kv_dtype)", c.Arch, c.ActDType, gpu.ActDType)
 	} else {
 		r.KVDTypeReason = fmt.Sprintf("no adapter serves %s: the cache is counted in the checkpoint's dtype, %s, as the model's published KV figures are", c.Arch, c.ActDType)
 	}

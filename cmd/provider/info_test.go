@@ -103,6 +103,10 @@ func TestInfoGGUF(t *testing.T) {
 	if !strings.Contains(r.KVDTypeReason, "float32") {
 		t.Errorf("kv_dtype_reason %q", r.KVDTypeReason)
 	}
+	// A GGUF file declares no dtype: a GPU caches llama in float16.
+	if r.GPUKVDType != "float16" || r.GPUKVBytesPerToken != r.KVBytesPerToken/2 || r.GPUKVBytesPerSequence != r.KVBytesPerSequence/2 {
+		t.Errorf("on a GPU: %s, %d bytes/token, %d bytes/sequence", r.GPUKVDType, r.GPUKVBytesPerToken, r.GPUKVBytesPerSequence)
+	}
 	st, err := os.Stat(stories)
 	if err != nil {
 		t.Fatal(err)

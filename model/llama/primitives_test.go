@@ -15,9 +15,11 @@ import (
 )
 
 // BenchmarkDecodeStep times one decode step of rows 1 and 8 (each after a
-// prompt of about 128 tokens) on the MLX-ops path, the one a GPU runs, and
-// reports the primitives the step evaluates (each a kernel launch on a
-// GPU). PROVIDER_BENCH_MODEL names the checkpoint (default SmolLM2).
+// prompt of about 128 tokens) with the numerics serve gives the device
+// (the CPU: float32 and the fused kernels; a GPU: the checkpoint's half
+// type and the MLX-ops path), and reports the primitives the step
+// evaluates (each a kernel launch on a GPU). PROVIDER_BENCH_MODEL names
+// the checkpoint (default SmolLM2).
 func BenchmarkDecodeStep(b *testing.B) {
 	path := os.Getenv("PROVIDER_BENCH_MODEL")
 	if path == "" {
@@ -35,8 +37,10 @@ func BenchmarkDecodeStep(b *testing.B) {
 	var net *llama.Model
 	th.Do(func() {
 		s = mlx.DefaultStream()
-		// As serve runs it on a GPU (on the CPU too: the ops path).
 		m.Config.ActDType = m.Config.AcceleratorDType()
+		if s.IsCPU() {
+			m.Config.ActDType = mlx.Float32
+		}
 		if w, err = m.Upload(s); err == nil {
 			net, err = llama.New(m.Config, w)
 		}
@@ -53,7 +57,7 @@ func BenchmarkDecodeStep(b *testing.B) {
 }
 
 func benchDecodeStep(b *testing.B, s mlx.Stream, cfg model.Config, net *llama.Model, rows int) {
-	p, err := kvpool.New(s, cfg.ActDType, model.PoolLayers(cfg), kvpool.Options{Ops: true})
+	p, err := kvpool.New(s, cfg.ActDType, model.PoolLayers(cfg), kvpool.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
