@@ -508,8 +508,25 @@ PROVIDER_AVX512 void rows512(const Job& j, int n0, int n1, float* fs, float* fb)
       case 2: direct512<BITS, 2>(j, row, fs, fb, n); continue;
       case 3: direct512<BITS, 3>(j, row, fs, fb, n); continue;
       case 4: direct512<BITS, 4>(j, row, fs, fb, n); continue;
+      case 5: direct512<BITS, 5>(j, row, fs, fb, n); continue;
+      case 6: direct512<BITS, 6>(j, row, fs, fb, n); continue;
+      case 7: direct512<BITS, 7>(j, row, fs, fb, n); continue;
+      case 8: direct512<BITS, 8>(j, row, fs, fb, n); continue;
     }
   }
+}
+
+// direct_rows512 is the most activation rows the AVX-512 direct kernel
+// takes (each weight unpacked once into a register for all of them); more
+// go through the unpacked tiles. PROVIDER_CPU_DIRECT_ROWS overrides it
+// (1 to 8), for comparison.
+int direct_rows512() {
+  static const int n = [] {
+    const char* env = std::getenv("PROVIDER_CPU_DIRECT_ROWS");
+    const int v = env != nullptr ? std::atoi(env) : 8;
+    return v >= 1 && v <= 8 ? v : 8;
+  }();
+  return n;
 }
 
 template <int NW>
@@ -885,7 +902,7 @@ void run_job(const Job& j) {
     const int n1 = std::min(j.n, n0 + chunk);
 #if PROVIDER_X86
     if (have_avx2()) {
-      if (j.m <= 4 && have_avx512()) {
+      if (have_avx512() && j.m <= direct_rows512()) {
         j.bits == 4 ? rows512<S, 4>(j, n0, n1, fs.data(), fb.data()) : rows512<S, 8>(j, n0, n1, fs.data(), fb.data());
       } else if (j.m <= 4) {
         j.bits == 4 ? rows_avx2<S, 4>(j, n0, n1, fs.data(), fb.data()) : rows_avx2<S, 8>(j, n0, n1, fs.data(), fb.data());
