@@ -380,8 +380,9 @@ func (s *Stream) Free() {
 	}
 }
 
-// Eval evaluates arrays.
-func Eval(arrays ...Array) error {
+// withVector calls fn with a vector of arrays (freed after), or fails
+// with ErrEmpty when one is not valid.
+func withVector(arrays []Array, fn func(C.mlx_vector_array) error) error {
 	v := C.mlx_vector_array_new()
 	defer C.mlx_vector_array_free(v)
 	for _, a := range arrays {
@@ -390,37 +391,29 @@ func Eval(arrays ...Array) error {
 		}
 		C.mlx_vector_array_append_value(v, a.c)
 	}
-	return check("eval", C.mlx_eval(v))
+	return fn(v)
+}
+
+// Eval evaluates arrays.
+func Eval(arrays ...Array) error {
+	return withVector(arrays, func(v C.mlx_vector_array) error { return check("eval", C.mlx_eval(v)) })
 }
 
 // AsyncEval queues the evaluation of arrays on their streams and returns
 // without waiting; a later Eval (or a read) of them waits for the result.
 func AsyncEval(arrays ...Array) error {
-	v := C.mlx_vector_array_new()
-	defer C.mlx_vector_array_free(v)
-	for _, a := range arrays {
-		if !a.Valid() {
-			return ErrEmpty
-		}
-		C.mlx_vector_array_append_value(v, a.c)
-	}
-	return check("async_eval", C.mlx_async_eval(v))
+	return withVector(arrays, func(v C.mlx_vector_array) error { return check("async_eval", C.mlx_async_eval(v)) })
 }
 
 // GraphPrimitives counts, by name, the primitives evaluating arrays would
 // run (arrays already evaluated are leaves): what a step costs in kernel
 // launches.
 func GraphPrimitives(arrays ...Array) (map[string]int, error) {
-	v := C.mlx_vector_array_new()
-	defer C.mlx_vector_array_free(v)
-	for _, a := range arrays {
-		if !a.Valid() {
-			return nil, ErrEmpty
-		}
-		C.mlx_vector_array_append_value(v, a.c)
-	}
 	var res *C.char
-	if err := check("graph_primitives", C.mlx_graph_primitives(&res, v)); err != nil {
+	err := withVector(arrays, func(v C.mlx_vector_array) error {
+		return check("graph_primitives", C.mlx_graph_primitives(&res, v))
+	})
+	if err != nil {
 		return nil, err
 	}
 	defer C.free(unsafe.Pointer(res))
