@@ -194,14 +194,14 @@ func (e *Engine) run(batch []work) ([]pick, error) {
 		}
 	}
 	t2 := e.opt.Clock.Now()
-	if e.opt.Log != nil && t2.Sub(t0) >= time.Second {
-		decode, tokens := 0, 0
-		for _, w := range batch {
-			tokens += len(w.tokens)
-			if w.decode {
-				decode++
-			}
+	decode, tokens := 0, 0
+	for _, w := range batch {
+		tokens += len(w.tokens)
+		if w.decode {
+			decode++
 		}
+	}
+	if e.opt.Log != nil && slowStep(t2.Sub(t0), tokens) {
 		e.opt.Log.Warn("slow step", "rows", len(batch), "decode_rows", decode, "tokens", tokens, "passes", len(passes),
 			"build_ms", t1.Sub(t0).Milliseconds(), "wait_ms", t2.Sub(t1).Milliseconds())
 	}
@@ -287,6 +287,14 @@ func (e *Engine) buildAhead(batch []work, passes []*pass) bool {
 	}
 	e.ahead = a
 	return true
+}
+
+// slowStep reports a step worth a warning: a second or more, and more than
+// 50 ms a token (a long prefill chunk on a CPU takes seconds at a few
+// milliseconds a token; a kernel compiled on first use or a stalled device
+// stops a step of a few tokens).
+func slowStep(d time.Duration, tokens int) bool {
+	return d >= time.Second && d >= time.Duration(max(tokens, 1))*50*time.Millisecond
 }
 
 // hostPick samples a row whose token is not the device's argmax from its

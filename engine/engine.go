@@ -48,8 +48,8 @@ type Options struct {
 	// step.
 	Ahead bool
 	// Log, when set, gets a warning for every step that takes a second or
-	// more, with its shape and where its time went (a kernel compiled on
-	// first use, a stall of the device).
+	// more and over 50 ms a token, with its shape and where its time went
+	// (a kernel compiled on first use, a stall of the device).
 	Log *slog.Logger
 	// BeforeStep, when set, runs on the loop's goroutine (not the MLX
 	// thread) before every step: tests freeze an engine with it.
