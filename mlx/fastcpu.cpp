@@ -1016,6 +1016,83 @@ PROVIDER_AVX2 void axpy_avx2(float* acc, float p, const float* v, int n) {
 }
 #endif
 
+#if PROVIDER_X86
+// hsum8 is dot_avx2's final sum of its eight lanes.
+PROVIDER_AVX2 inline float hsum8(__m256 acc) {
+  alignas(32) float l[8];
+  _mm256_store_ps(l, acc);
+  return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
+
+// scores_avx2 is sc[j*n + x] = dot_avx2(q + j*D, kpool + at[x], D) for
+// heads j < hpt and keys x < n, four keys at a time: four independent sums,
+// each in dot_avx2's order, so the floats are the same. D % 8 == 0.
+PROVIDER_AVX2 void scores_avx2(const float* q, int hpt, int D, const float* kpool, const size_t* at, int n, float* sc) {
+  int x = 0;
+  for (; x + 4 <= n; x += 4) {
+    const float *k0 = kpool + at[x], *k1 = kpool + at[x + 1], *k2 = kpool + at[x + 2], *k3 = kpool + at[x + 3];
+    for (int j = 0; j < hpt; j++) {
+      const float* qj = q + static_cast<size_t>(j) * D;
+      __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+      for (int i = 0; i < D; i += 8) {
+        const __m256 qq = _mm256_loadu_ps(qj + i);
+        a0 = _mm256_add_ps(a0, _mm256_mul_ps(qq, _mm256_loadu_ps(k0 + i)));
+        a1 = _mm256_add_ps(a1, _mm256_mul_ps(qq, _mm256_loadu_ps(k1 + i)));
+        a2 = _mm256_add_ps(a2, _mm256_mul_ps(qq, _mm256_loadu_ps(k2 + i)));
+        a3 = _mm256_add_ps(a3, _mm256_mul_ps(qq, _mm256_loadu_ps(k3 + i)));
+      }
+      float* s = sc + static_cast<size_t>(j) * n + x;
+      s[0] = hsum8(a0);
+      s[1] = hsum8(a1);
+      s[2] = hsum8(a2);
+      s[3] = hsum8(a3);
+    }
+  }
+  for (; x < n; x++) {
+    for (int j = 0; j < hpt; j++) {
+      sc[static_cast<size_t>(j) * n + x] = dot_avx2(q + static_cast<size_t>(j) * D, kpool + at[x], D);
+    }
+  }
+}
+
+// accumulate_avx2 is, for heads j < hpt, acc[j*D + d] += sc[j*n + x] *
+// v_x[d] for the keys x in order (axpy_avx2's arithmetic, so the same
+// floats), each 64 floats of a head's sum held in registers across the
+// keys instead of loaded and stored per key. D % 64 == 0.
+PROVIDER_AVX2 void accumulate_avx2(float* acc, int hpt, int D, const float* vpool, const size_t* at, int n,
+                                   const float* sc) {
+  for (int j = 0; j < hpt; j++) {
+    const float* scj = sc + static_cast<size_t>(j) * n;
+    for (int c = 0; c < D; c += 64) {
+      float* aj = acc + static_cast<size_t>(j) * D + c;
+      __m256 r0 = _mm256_loadu_ps(aj), r1 = _mm256_loadu_ps(aj + 8), r2 = _mm256_loadu_ps(aj + 16),
+             r3 = _mm256_loadu_ps(aj + 24), r4 = _mm256_loadu_ps(aj + 32), r5 = _mm256_loadu_ps(aj + 40),
+             r6 = _mm256_loadu_ps(aj + 48), r7 = _mm256_loadu_ps(aj + 56);
+      for (int x = 0; x < n; x++) {
+        const __m256 pp = _mm256_set1_ps(scj[x]);
+        const float* v = vpool + at[x] + c;
+        r0 = _mm256_add_ps(r0, _mm256_mul_ps(pp, _mm256_loadu_ps(v)));
+        r1 = _mm256_add_ps(r1, _mm256_mul_ps(pp, _mm256_loadu_ps(v + 8)));
+        r2 = _mm256_add_ps(r2, _mm256_mul_ps(pp, _mm256_loadu_ps(v + 16)));
+        r3 = _mm256_add_ps(r3, _mm256_mul_ps(pp, _mm256_loadu_ps(v + 24)));
+        r4 = _mm256_add_ps(r4, _mm256_mul_ps(pp, _mm256_loadu_ps(v + 32)));
+        r5 = _mm256_add_ps(r5, _mm256_mul_ps(pp, _mm256_loadu_ps(v + 40)));
+        r6 = _mm256_add_ps(r6, _mm256_mul_ps(pp, _mm256_loadu_ps(v + 48)));
+        r7 = _mm256_add_ps(r7, _mm256_mul_ps(pp, _mm256_loadu_ps(v + 56)));
+      }
+      _mm256_storeu_ps(aj, r0);
+      _mm256_storeu_ps(aj + 8, r1);
+      _mm256_storeu_ps(aj + 16, r2);
+      _mm256_storeu_ps(aj + 24, r3);
+      _mm256_storeu_ps(aj + 32, r4);
+      _mm256_storeu_ps(aj + 40, r5);
+      _mm256_storeu_ps(aj + 48, r6);
+      _mm256_storeu_ps(aj + 56, r7);
+    }
+  }
+}
+#endif
+
 // axpy is acc[d] += p * v[d*stride].
 inline void axpy(float* acc, float p, const float* v, int64_t stride, int n) {
 #if PROVIDER_X86
@@ -1243,10 +1320,19 @@ void paged_attend(const Paged& a, float* out) {
       }
       s += run;
     }
-    for (int x = 0; x < n; x++) {
-      const float* k = a.kpool + at[x];
-      for (int j = 0; j < hpt; j++) {
-        sc[j * n + x] = dot(qv.data() + j * D, k, D);
+#if PROVIDER_X86
+    const bool wide = have_avx2() && D % 64 == 0;
+#else
+    const bool wide = false;
+#endif
+    if (wide) {
+      scores_avx2(qv.data(), hpt, D, a.kpool, at.data(), n, sc.data());
+    } else {
+      for (int x = 0; x < n; x++) {
+        const float* k = a.kpool + at[x];
+        for (int j = 0; j < hpt; j++) {
+          sc[j * n + x] = dot(qv.data() + j * D, k, D);
+        }
       }
     }
     thread_local std::vector<float> inv;
@@ -1266,10 +1352,14 @@ void paged_attend(const Paged& a, float* out) {
       inv[j] = 1.0f / sum;
     }
     std::fill(acc.begin(), acc.end(), 0.0f);
-    for (int x = 0; x < n; x++) {
-      const float* v = a.vpool + at[x];
-      for (int j = 0; j < hpt; j++) {
-        axpy(acc.data() + j * D, sc[j * n + x], v, 1, D);
+    if (wide) {
+      accumulate_avx2(acc.data(), hpt, D, a.vpool, at.data(), n, sc.data());
+    } else {
+      for (int x = 0; x < n; x++) {
+        const float* v = a.vpool + at[x];
+        for (int j = 0; j < hpt; j++) {
+          axpy(acc.data() + j * D, sc[j * n + x], v, 1, D);
+        }
       }
     }
     for (int j = 0; j < hpt; j++) {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -19,7 +20,8 @@ import (
 // (the CPU: float32 and the fused kernels; a GPU: the checkpoint's half
 // type and the MLX-ops path), and reports the primitives the step
 // evaluates (each a kernel launch on a GPU). PROVIDER_BENCH_MODEL names
-// the checkpoint (default SmolLM2).
+// the checkpoint (default SmolLM2), PROVIDER_BENCH_PROMPT the prompt length
+// (default 120).
 func BenchmarkDecodeStep(b *testing.B) {
 	path := os.Getenv("PROVIDER_BENCH_MODEL")
 	if path == "" {
@@ -57,6 +59,10 @@ func BenchmarkDecodeStep(b *testing.B) {
 }
 
 func benchDecodeStep(b *testing.B, s mlx.Stream, cfg model.Config, net *llama.Model, rows int) {
+	promptLen := 120
+	if n, err := strconv.Atoi(os.Getenv("PROVIDER_BENCH_PROMPT")); err == nil && n > 0 {
+		promptLen = n
+	}
 	p, err := kvpool.New(s, cfg.ActDType, model.PoolLayers(cfg), kvpool.Options{})
 	if err != nil {
 		b.Fatal(err)
@@ -66,7 +72,7 @@ func benchDecodeStep(b *testing.B, s mlx.Stream, cfg model.Config, net *llama.Mo
 	pre := make([]kvpool.Row, rows)
 	for r := range seqs {
 		seqs[r] = p.NewSeq()
-		toks := make([]int32, 120+r)
+		toks := make([]int32, promptLen+r)
 		for i := range toks {
 			toks[i] = int32(100 + (i*7+r)%1000)
 		}
