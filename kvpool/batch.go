@@ -376,11 +376,7 @@ func (b *Batch) step(gi int, causal bool) *groupStep {
 		base += part.R * part.Tq
 		gs.parts = append(gs.parts, part)
 	}
-	identity := base == N
-	for i, o := range oIdx {
-		identity = identity && int(o) == i
-	}
-	if !identity {
+	if base != N || !isRun(oIdx, 0) {
 		gs.oIdx = f.Int32s(oIdx, N)
 	}
 	return gs
@@ -456,28 +452,28 @@ func (b *Batch) opsPart(gi int, rows []int, causal bool) opsPart {
 	// allocated in a run) are a slice of the pool: a view, where a gather
 	// would copy them.
 	part.from = -1
-	if run := len(gather) > 0; run {
-		for k, x := range gather {
-			run = run && x == gather[0]+int32(k)
-		}
-		if run {
-			part.from = int(gather[0])
-		}
-	}
-	if part.from < 0 {
+	if len(gather) > 0 && isRun(gather, gather[0]) {
+		part.from = int(gather[0])
+	} else {
 		part.gather = f.Int32s(gather, R*L)
 	}
-	identity := len(qIdx) == len(b.Tokens)
-	for i, x := range qIdx {
-		identity = identity && int(x) == i
-	}
-	if !identity {
+	if len(qIdx) != len(b.Tokens) || !isRun(qIdx, 0) {
 		part.qIdx = f.Int32s(qIdx, R*Tq)
 	}
 	if mask != nil {
 		part.mask = f.Greater(f.Int32s(mask, R, 1, Tq, L), f.ScalarInt(0))
 	}
 	return part
+}
+
+// isRun reports whether xs is from, from+1, from+2, ...
+func isRun(xs []int32, from int32) bool {
+	for i, x := range xs {
+		if x != from+int32(i) {
+			return false
+		}
+	}
+	return true
 }
 
 // Attend stores layer li's new keys and values k, v ([N, KVHeads, HeadDim];
