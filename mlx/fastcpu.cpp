@@ -1126,6 +1126,38 @@ float dot(const float* a, const float* b, int n) {
   return s;
 }
 
+// scores is sc[j*n + x] = dot(q + j*D, kpool + at[x], D) for heads j < hpt
+// and keys x < n.
+void scores(const float* q, int hpt, int D, const float* kpool, const size_t* at, int n, float* sc) {
+#if PROVIDER_X86
+  if (have_avx2() && D % 8 == 0) {
+    scores_avx2(q, hpt, D, kpool, at, n, sc);
+    return;
+  }
+#endif
+  for (int x = 0; x < n; x++) {
+    for (int j = 0; j < hpt; j++) {
+      sc[static_cast<size_t>(j) * n + x] = dot(q + static_cast<size_t>(j) * D, kpool + at[x], D);
+    }
+  }
+}
+
+// accumulate is, for heads j < hpt, acc[j*D + d] += sc[j*n + x] * v_x[d]
+// for the keys x < n in order, v_x at vpool + at[x].
+void accumulate(float* acc, int hpt, int D, const float* vpool, const size_t* at, int n, const float* sc) {
+#if PROVIDER_X86
+  if (have_avx2() && D % 64 == 0) {
+    accumulate_avx2(acc, hpt, D, vpool, at, n, sc);
+    return;
+  }
+#endif
+  for (int x = 0; x < n; x++) {
+    for (int j = 0; j < hpt; j++) {
+      axpy(acc + static_cast<size_t>(j) * D, sc[static_cast<size_t>(j) * n + x], vpool + at[x], 1, D);
+    }
+  }
+}
+
 void rms_norm_rows(const float* x, const float* w, size_t rows, int n, float eps, float* out) {
   for (size_t r = 0; r < rows; r++) {
     const float* xr = x + r * n;
@@ -1320,21 +1352,7 @@ void paged_attend(const Paged& a, float* out) {
       }
       s += run;
     }
-#if PROVIDER_X86
-    const bool wide = have_avx2() && D % 64 == 0;
-#else
-    const bool wide = false;
-#endif
-    if (wide) {
-      scores_avx2(qv.data(), hpt, D, a.kpool, at.data(), n, sc.data());
-    } else {
-      for (int x = 0; x < n; x++) {
-        const float* k = a.kpool + at[x];
-        for (int j = 0; j < hpt; j++) {
-          sc[j * n + x] = dot(qv.data() + j * D, k, D);
-        }
-      }
-    }
+    scores(qv.data(), hpt, D, a.kpool, at.data(), n, sc.data());
     thread_local std::vector<float> inv;
     inv.resize(hpt);
     for (int j = 0; j < hpt; j++) {
@@ -1352,16 +1370,7 @@ void paged_attend(const Paged& a, float* out) {
       inv[j] = 1.0f / sum;
     }
     std::fill(acc.begin(), acc.end(), 0.0f);
-    if (wide) {
-      accumulate_avx2(acc.data(), hpt, D, a.vpool, at.data(), n, sc.data());
-    } else {
-      for (int x = 0; x < n; x++) {
-        const float* v = a.vpool + at[x];
-        for (int j = 0; j < hpt; j++) {
-          axpy(acc.data() + j * D, sc[j * n + x], v, 1, D);
-        }
-      }
-    }
+    accumulate(acc.data(), hpt, D, a.vpool, at.data(), n, sc.data());
     for (int j = 0; j < hpt; j++) {
       float* o = out + (static_cast<size_t>(i) * a.H + h0 + j) * D;
       for (int d = 0; d < D; d++) {
