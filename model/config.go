@@ -128,8 +128,7 @@ func uniformKinds(layers, kvHeads, headDim int) []LayerKind {
 // float16) unless float32 is declared; float16 otherwise (what llama.cpp
 // computes in on a GPU).
 func (c Config) AcceleratorDType() mlx.Dtype {
-	declared := map[string]mlx.Dtype{"bfloat16": mlx.BFloat16, "float16": mlx.Float16, "float32": mlx.Float32}
-	d, ok := declared[c.CheckpointDType]
+	d, ok := FloatDType(c.CheckpointDType)
 	switch {
 	case strings.HasPrefix(c.Arch, "gemma") && d != mlx.Float32:
 		return mlx.BFloat16

@@ -127,8 +127,8 @@ func (hc *hfConfig) config() (Config, error) {
 		BOS:           -1,
 		ActDType:      mlx.Float32,
 	}
-	if _, _, err := checkpointDType(hc.DType, hc.TorchDType); err == nil {
-		c.CheckpointDType = cmp.Or(hc.DType, hc.TorchDType)
+	if name := cmp.Or(hc.DType, hc.TorchDType); isFloatDType(name) {
+		c.CheckpointDType = name
 	}
 	if c.KVHeads == 0 {
 		c.KVHeads = c.Heads

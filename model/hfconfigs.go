@@ -68,22 +68,36 @@ func kindsFromTypes(types []string, layers int, sliding, full LayerKind) ([]Laye
 	return kinds, nil
 }
 
+// FloatDType is the float type a name ("bfloat16", "float16",
+// "float32") names, as config.json's dtype and the environment spell them.
+func FloatDType(name string) (mlx.Dtype, bool) {
+	switch name {
+	case "bfloat16":
+		return mlx.BFloat16, true
+	case "float16":
+		return mlx.Float16, true
+	case "float32":
+		return mlx.Float32, true
+	}
+	return 0, false
+}
+
+func isFloatDType(name string) bool {
+	_, ok := FloatDType(name)
+	return ok
+}
+
 // checkpointDType is the dtype a config.json declares for its unquantized
 // weights ("dtype", or the older "torch_dtype"); bfloat16 when it names none.
 func checkpointDType(names ...string) (mlx.Dtype, string, error) {
 	for _, n := range names {
-		switch n {
-		case "":
+		if n == "" {
 			continue
-		case "bfloat16":
-			return mlx.BFloat16, "", nil
-		case "float16":
-			return mlx.Float16, "", nil
-		case "float32":
-			return mlx.Float32, "", nil
-		default:
-			return 0, "", fmt.Errorf("%w: checkpoint dtype %q", ErrUnsupportedType, n)
 		}
+		if d, ok := FloatDType(n); ok {
+			return d, "", nil
+		}
+		return 0, "", fmt.Errorf("%w: checkpoint dtype %q", ErrUnsupportedType, n)
 	}
 	return mlx.BFloat16, "config.json names no dtype: unquantized weights counted as bfloat16", nil
 }

@@ -475,16 +475,12 @@ func numerics(c *model.Config, s mlx.Stream) error {
 		return nil
 	}
 	c.ActDType = c.AcceleratorDType()
-	switch v := os.Getenv("PROVIDER_GPU_DTYPE"); v {
-	case "":
-	case "float32":
-		c.ActDType = mlx.Float32
-	case "float16":
-		c.ActDType = mlx.Float16
-	case "bfloat16":
-		c.ActDType = mlx.BFloat16
-	default:
-		return fmt.Errorf("PROVIDER_GPU_DTYPE=%q: want float32, float16 or bfloat16", v)
+	if v := os.Getenv("PROVIDER_GPU_DTYPE"); v != "" {
+		d, ok := model.FloatDType(v)
+		if !ok {
+			return fmt.Errorf("PROVIDER_GPU_DTYPE=%q: want float32, float16 or bfloat16", v)
+		}
+		c.ActDType = d
 	}
 	return nil
 }
