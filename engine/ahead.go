@@ -169,6 +169,7 @@ func (e *Engine) run(batch []work) ([]pick, error) {
 	}
 	t1 := e.opt.Clock.Now()
 	var stepErr error
+	vocab := e.net.Config().Vocab
 	for _, p := range passes {
 		ids := p.f.ToInt32s(p.ids)
 		var host []float32
@@ -178,7 +179,6 @@ func (e *Engine) run(batch []work) ([]pick, error) {
 		if stepErr = p.f.Err(); stepErr != nil {
 			break
 		}
-		vocab := e.net.Config().Vocab
 		h := 0
 		for k, i := range p.sampling {
 			if i < 0 {
@@ -194,16 +194,8 @@ func (e *Engine) run(batch []work) ([]pick, error) {
 		}
 	}
 	t2 := e.opt.Clock.Now()
-	decode, tokens := 0, 0
-	for _, w := range batch {
-		tokens += len(w.tokens)
-		if w.decode {
-			decode++
-		}
-	}
-	if e.opt.Log != nil && slowStep(t2.Sub(t0), tokens) {
-		e.opt.Log.Warn("slow step", "rows", len(batch), "decode_rows", decode, "tokens", tokens, "passes", len(passes),
-			"build_ms", t1.Sub(t0).Milliseconds(), "wait_ms", t2.Sub(t1).Milliseconds())
+	if e.opt.Log != nil && t2.Sub(t0) >= time.Second {
+		e.warnSlow(batch, len(passes), t0, t1, t2)
 	}
 	e.mu.Lock()
 	e.times.Steps++
@@ -287,6 +279,22 @@ func (e *Engine) buildAhead(batch []work, passes []*pass) bool {
 	}
 	e.ahead = a
 	return true
+}
+
+// warnSlow logs a step of a second or more that slowStep finds worth a
+// warning, with its shape and its build and wait times.
+func (e *Engine) warnSlow(batch []work, passes int, t0, t1, t2 time.Time) {
+	decode, tokens := 0, 0
+	for _, w := range batch {
+		tokens += len(w.tokens)
+		if w.decode {
+			decode++
+		}
+	}
+	if slowStep(t2.Sub(t0), tokens) {
+		e.opt.Log.Warn("slow step", "rows", len(batch), "decode_rows", decode, "tokens", tokens, "passes", passes,
+			"build_ms", t1.Sub(t0).Milliseconds(), "wait_ms", t2.Sub(t1).Milliseconds())
+	}
 }
 
 // slowStep reports a step worth a warning: a second or more, and more than
