@@ -21,6 +21,9 @@
 #                llama-server -m MODEL --host 127.0.0.1 --port P -t THREADS
 #                  -np MAX_CONCURRENT -c MAX_CONCURRENT*LLAMACPP_SLOT_CTX
 #                  --cont-batching
+#              (on a processor with AMX, llama-server as built by setup_peers.sh
+#              crashed in its AMX matmul unless LLAMACPP_ARGS=--no-repack
+#              kept the weights out of the AMX buffers)
 #
 # The default model (a GGUF file) is converted exactly with
 # `provider convert` for mlx-lm, which reads only HF/MLX directories; ours
