@@ -27,9 +27,9 @@ var ErrNoVisionTokens = errors.New("vocabulary lacks the vision tower's tokens")
 // s's device, so it runs beside the engine's steps rather than between
 // them (MLX evaluates the graphs of different threads concurrently when
 // each thread has its own stream and no graph depends on another's
-// arrays); its Close ends both. Gemma 3's and Gemma 4's towers are built;
-// another architecture whose config describes a vision tower is refused
-// rather than served text-only.
+// arrays); its Close ends both. The architecture's Family loads the
+// tower; one without a loader whose config describes a vision tower is
+// refused rather than served text-only.
 func Vision(m *model.Model, _ *mlx.Thread, s mlx.Stream) (stages.Vision, error) {
 	if m.Format != "hf" {
 		return nil, nil
@@ -47,18 +47,11 @@ func Vision(m *model.Model, _ *mlx.Thread, s mlx.Stream) (stages.Vision, error) 
 	if len(probe.Vision) == 0 || string(probe.Vision) == "null" {
 		return nil, nil
 	}
-	if m.Config.Arch != "gemma3" && m.Config.Arch != "gemma4" {
+	f, err := For(m.Config.Arch)
+	if err != nil || f.LoadVision == nil {
 		return nil, fmt.Errorf("family: %w: a %s vision tower", model.ErrUnsupportedArch, m.Config.Arch)
 	}
-	r, err := newTowerRun(s)
-	if err != nil {
-		return nil, err
-	}
-	// On an error the loaders close r.
-	if m.Config.Arch == "gemma4" {
-		return gemma4Vision(m, r)
-	}
-	return gemma3Vision(m, r)
+	return f.LoadVision(m, s)
 }
 
 // towerRun is a tower's own MLX thread and stream, and the release of
@@ -115,12 +108,14 @@ func (r *towerRun) Close() {
 	r.th.Close()
 }
 
-// gemma3Vision loads Gemma 3's tower on r, which it owns from then on.
-func gemma3Vision(m *model.Model, r *towerRun) (stages.Vision, error) {
-	var (
-		v   *gemma3.Vision
-		err error
-	)
+// gemma3Vision loads Gemma 3's tower on a tower run of its own on s's
+// device.
+func gemma3Vision(m *model.Model, s mlx.Stream) (stages.Vision, error) {
+	r, err := newTowerRun(s)
+	if err != nil {
+		return nil, err
+	}
+	var v *gemma3.Vision
 	r.th.Do(func() { v, err = gemma3.LoadVision(m.Path, r.s, m.Config.ActDType) })
 	if err != nil {
 		r.Close()
@@ -203,12 +198,14 @@ func (g *gemma3Tower) Encode(ctx context.Context, img *media.Image) (stages.Medi
 // placeholder token itself for an image part; Gemma4Processor turns each
 // into the start-of-image token, as many placeholders as the image's size
 // gives soft tokens, and the end-of-image token. Likewise for a video's
-// placeholder and its frames. It owns r from then on.
-func gemma4Vision(m *model.Model, r *towerRun) (stages.Vision, error) {
-	var (
-		v   *gemma4.Vision
-		err error
-	)
+// placeholder and its frames. It runs on a tower run of its own on s's
+// device.
+func gemma4Vision(m *model.Model, s mlx.Stream) (stages.Vision, error) {
+	r, err := newTowerRun(s)
+	if err != nil {
+		return nil, err
+	}
+	var v *gemma4.Vision
 	r.th.Do(func() { v, err = gemma4.LoadVision(m.Path, r.s, m.Config.ActDType) })
 	if err != nil {
 		r.Close()

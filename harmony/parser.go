@@ -12,9 +12,6 @@ import (
 	"github.com/goprovider/provider/toolcall"
 )
 
-// Architecture is the model_type of the models that speak harmony.
-const Architecture = "gpt_oss"
-
 // ErrNotHarmony: the vocabulary lacks harmony's structure tokens.
 var ErrNotHarmony = errors.New("harmony: vocabulary has no harmony structure tokens")
 

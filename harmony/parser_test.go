@@ -203,7 +203,7 @@ func runTokenPath(t *testing.T, m *stages.Model, evs []engine.Event, logprobs bo
 }
 
 func gptoss(tok *tokenizer.Tokenizer, v *Vocab, eos []int32) *stages.Model {
-	return &stages.Model{Name: "gpt-oss", Architecture: Architecture, Tokenizer: tok, EOS: eos, NewOutputParser: v.NewParser}
+	return &stages.Model{Name: "gpt-oss", Architecture: "gpt_oss", Tokenizer: tok, EOS: eos, NewOutputParser: v.NewParser}
 }
 
 // Through the token path, every chunking of the engine's deltas gives the

@@ -48,7 +48,7 @@ var toolCases = []struct {
 // that calls finishes with "tool_calls".
 func TestToolCalls(t *testing.T) {
 	tok, v := vocab(t)
-	m := &stages.Model{Name: "gpt-oss", Architecture: Architecture, Tokenizer: tok, NewOutputParser: v.NewParser, NewToolParser: v.NewToolParser}
+	m := &stages.Model{Name: "gpt-oss", Architecture: "gpt_oss", Tokenizer: tok, NewOutputParser: v.NewParser, NewToolParser: v.NewToolParser}
 	for _, tc := range toolCases {
 		t.Run(tc.name, func(t *testing.T) {
 			ids := harmonytest.Encode(tok, tc.generated)

@@ -33,8 +33,9 @@
 // # Imports
 //
 // server imports graph, stages, engine (error classes and stats),
-// tokenizer and jinja (the types of a registration), and harmony (the
-// output format of gpt-oss, chosen by architecture); it never imports
-// family, model or mlx itself: the engine reaches it only as a
+// tokenizer and jinja (the types of a registration), and family, only for
+// what an architecture fixes of a registration (For: its output parsers,
+// default chat template and tool syntax; never Build or Vision); it never
+// imports model or mlx itself: the engine reaches it only as a
 // graph.Generator.
 package server

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/goprovider/provider/engine"
-	"github.com/goprovider/provider/harmony"
+	"github.com/goprovider/provider/family"
 	"github.com/goprovider/provider/harmony/harmonytest"
 	"github.com/goprovider/provider/stages/stagestest"
 )
@@ -25,7 +25,7 @@ func harmonyHarness(t *testing.T) (*harness, *stagestest.Engine, []int32) {
 		return stagestest.Play{Events: stagestest.Tokens(g, ids, engine.FinishStop)}
 	}}
 	h := newHarness(t, Options{}, storyEngine())
-	err := h.Register(Model{Name: "gpt-oss", Architecture: harmony.Architecture, Tokenizer: tok,
+	err := h.Register(Model{Name: "gpt-oss", Architecture: family.GPTOSS.Arch, Tokenizer: tok,
 		EOS: tok.EOSSet(), ContextLength: 4096, Generator: fake})
 	if err != nil {
 		t.Fatal(err)
@@ -141,7 +141,7 @@ func TestReasoningEffort(t *testing.T) {
 func TestHarmonyNeedsItsVocabulary(t *testing.T) {
 	h := newHarness(t, Options{}, nil)
 	tok := stagestest.Tokenizer(t)
-	err := h.Register(Model{Name: "gpt-oss", Architecture: harmony.Architecture, Tokenizer: tok, EOS: tok.EOSSet(), Generator: storyEngine()})
+	err := h.Register(Model{Name: "gpt-oss", Architecture: family.GPTOSS.Arch, Tokenizer: tok, EOS: tok.EOSSet(), Generator: storyEngine()})
 	if err == nil {
 		t.Fatal("registered gpt-oss over the stories260K vocabulary")
 	}

@@ -15,9 +15,9 @@ import (
 	"github.com/benbjohnson/clock"
 
 	"github.com/goprovider/provider/cache"
+	"github.com/goprovider/provider/family"
 	"github.com/goprovider/provider/grammar"
 	"github.com/goprovider/provider/graph"
-	"github.com/goprovider/provider/harmony"
 	"github.com/goprovider/provider/jinja"
 	"github.com/goprovider/provider/slots"
 	"github.com/goprovider/provider/stages"
@@ -69,9 +69,9 @@ type Model struct {
 	Architecture string
 	Tokenizer    *tokenizer.Tokenizer
 	// ChatTemplate is the Jinja chat template source; "" refuses chat
-	// requests for this model (no silent fallback format), except for
-	// gpt-oss, whose format is fixed by the family: it gets the official
-	// template (harmony.ChatTemplate).
+	// requests for this model (no silent fallback format), except for an
+	// architecture whose format is fixed: it gets its family's template
+	// (family.Family's ChatTemplate; gpt-oss's is harmony's).
 	ChatTemplate string
 	// EOS lists the tokens that end generation.
 	EOS []int32
@@ -180,25 +180,29 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.Serve
 func (s *Server) Close() { s.graph.Close() }
 
 // Register starts serving a model. It refuses architectures without an
-// adapter and chat templates that do not parse. A gpt-oss model's chat
-// output goes through harmony's parser (reasoning_content, reasoning
-// tokens, tool calls); its vocabulary must have harmony's structure
-// tokens. Every model's tool dialect (the syntax of its calls, what its
-// template renders of tools) is found once here (stages.DetectTools).
+// adapter and chat templates that do not parse. A model's chat output goes
+// through its family's parsers when it has them (gpt-oss: harmony's, for
+// reasoning_content, reasoning tokens and tool calls; its vocabulary must
+// have harmony's structure tokens). Every model's tool dialect (the syntax
+// of its calls, what its template renders of tools) is found once here
+// (stages.DetectTools, from its family's syntax).
 func (s *Server) Register(m Model) error {
 	if s.archs != nil && !slices.Contains(s.archs, m.Architecture) {
 		return fmt.Errorf("%w: %q", ErrUnsupportedArchitecture, m.Architecture)
 	}
-	var parser, toolParser func() stages.OutputParser
-	if m.Architecture == harmony.Architecture {
-		v, err := harmony.NewVocab(m.Tokenizer)
+	// An architecture outside the registry (nil Architectures lets any
+	// through) gets the zero Family: plain text, no default template.
+	fam, _ := family.For(m.Architecture)
+	var out family.Output
+	if fam.Output != nil {
+		o, err := fam.Output(m.Tokenizer)
 		if err != nil {
 			return fmt.Errorf("server: register %s: %w", m.Name, err)
 		}
-		parser, toolParser = v.NewParser, v.NewToolParser
-		if m.ChatTemplate == "" {
-			m.ChatTemplate = harmony.ChatTemplate
-		}
+		out = o
+	}
+	if m.ChatTemplate == "" {
+		m.ChatTemplate = fam.ChatTemplate
 	}
 	var tmpl *jinja.Template
 	if m.ChatTemplate != "" {
@@ -224,9 +228,9 @@ func (s *Server) Register(m Model) error {
 			ChatTemplate:    tmpl,
 			EOS:             slices.Clone(m.EOS),
 			ContextLength:   m.ContextLength,
-			NewOutputParser: parser,
-			Tools:           stages.DetectTools(m.Architecture, m.ChatTemplate, tmpl),
-			NewToolParser:   toolParser,
+			NewOutputParser: out.Parser,
+			Tools:           stages.DetectTools(fam.ToolSyntax, m.ChatTemplate, tmpl),
+			NewToolParser:   out.ToolParser,
 			Vision:          m.Vision,
 			Grammars:        grammars,
 		},

@@ -12,7 +12,6 @@ import (
 	"github.com/goprovider/provider/engine"
 	"github.com/goprovider/provider/engine/enginetest"
 	"github.com/goprovider/provider/family"
-	"github.com/goprovider/provider/harmony"
 	"github.com/goprovider/provider/harmony/harmonytest"
 	"github.com/goprovider/provider/model"
 	"github.com/goprovider/provider/stages/stagestest"
@@ -302,7 +301,7 @@ func TestToolsGPTOSS(t *testing.T) {
 		return stagestest.Play{Events: stagestest.Tokens(g, ids[:len(ids)-1], engine.FinishStop)} // the engine consumes the end token
 	}}
 	h := newHarness(t, Options{}, nil)
-	if err := h.Register(Model{Name: "gpt-oss", Architecture: harmony.Architecture, Tokenizer: tok, EOS: tok.EOSSet(), ContextLength: 4096, Generator: fake}); err != nil {
+	if err := h.Register(Model{Name: "gpt-oss", Architecture: family.GPTOSS.Arch, Tokenizer: tok, EOS: tok.EOSSet(), ContextLength: 4096, Generator: fake}); err != nil {
 		t.Fatal(err)
 	}
 	user := `{"role":"user","content":"Weather in Paris?"}`

@@ -153,16 +153,18 @@ func TestRenderTools(t *testing.T) {
 	}
 	all := TemplateTools{Tools: true, Calls: true, ManyCalls: true, Results: true}
 	for _, tc := range []struct {
-		name, arch, path string
-		want             ToolDialect
+		name   string
+		family toolcall.Syntax
+		path   string
+		want   ToolDialect
 	}{
-		{"smollm2", "llama", "../jinja/testdata/templates/smollm2.jinja", ToolDialect{Syntax: toolcall.Hermes}},
-		{"qwen3", "qwen3", "../jinja/testdata/templates/qwen3.jinja", ToolDialect{Syntax: toolcall.Hermes, Renders: all}},
-		{"llama33", "llama", "../jinja/testdata/templates/llama33.jinja", ToolDialect{Syntax: toolcall.Llama3, Renders: TemplateTools{Tools: true, Calls: true, Results: true}}},
-		{"gemma3", "gemma3", "../jinja/testdata/templates/gemma3.jinja", ToolDialect{Syntax: toolcall.ToolCode}},
-		{"gemma4", "gemma4", "../scripts/gemma4_chat_template.jinja", ToolDialect{Syntax: toolcall.Gemma4,
+		{"smollm2", toolcall.Hermes, "../jinja/testdata/templates/smollm2.jinja", ToolDialect{Syntax: toolcall.Hermes}},
+		{"qwen3", toolcall.NoSyntax, "../jinja/testdata/templates/qwen3.jinja", ToolDialect{Syntax: toolcall.Hermes, Renders: all}},
+		{"llama33", toolcall.Hermes, "../jinja/testdata/templates/llama33.jinja", ToolDialect{Syntax: toolcall.Llama3, Renders: TemplateTools{Tools: true, Calls: true, Results: true}}},
+		{"gemma3", toolcall.ToolCode, "../jinja/testdata/templates/gemma3.jinja", ToolDialect{Syntax: toolcall.ToolCode}},
+		{"gemma4", toolcall.ToolCode, "../scripts/gemma4_chat_template.jinja", ToolDialect{Syntax: toolcall.Gemma4,
 			Renders: TemplateTools{Tools: true, Calls: true, ManyCalls: true, Results: true, AttachedResults: true}}},
-		{"gptoss", "gpt_oss", "../harmony/chat_template.jinja", ToolDialect{Syntax: toolcall.Harmony, Renders: TemplateTools{Tools: true, Calls: true, Results: true}}},
+		{"gptoss", toolcall.Harmony, "../harmony/chat_template.jinja", ToolDialect{Syntax: toolcall.Harmony, Renders: TemplateTools{Tools: true, Calls: true, Results: true}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := read(tc.path)
@@ -170,7 +172,7 @@ func TestRenderTools(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			d := DetectTools(tc.arch, src, tmpl)
+			d := DetectTools(tc.family, src, tmpl)
 			if d != tc.want {
 				t.Fatalf("dialect %+v, want %+v", d, tc.want)
 			}

@@ -47,12 +47,12 @@ const (
 )
 
 // DetectTools finds the tool dialect of a model: its syntax from its
-// architecture and its chat template's source (toolcall.Detect), and what
+// family's syntax and its chat template's source (toolcall.Detect), and what
 // the template renders by rendering probe conversations and looking for
 // their text in the output. A template that fails on a probe does not
 // render what it probes. Nil t (no template) renders nothing.
-func DetectTools(arch, source string, t *jinja.Template) ToolDialect {
-	d := ToolDialect{Syntax: toolcall.Detect(arch, source)}
+func DetectTools(family toolcall.Syntax, source string, t *jinja.Template) ToolDialect {
+	d := ToolDialect{Syntax: toolcall.Detect(family, source)}
 	if t == nil {
 		return d
 	}

@@ -8,7 +8,8 @@
 // # Syntaxes
 //
 // A model writes a call the way it was trained to; Detect picks the
-// syntax from the model's architecture and chat template:
+// syntax from the model's family (whose syntax package family holds) and
+// its chat template:
 //
 //	Harmony   gpt-oss: a message to functions.NAME in harmony's commentary
 //	          channel; the structure is tokens, so package harmony reads it

@@ -126,21 +126,27 @@ func TestFormatCallsScansBack(t *testing.T) {
 	}
 }
 
+// TestDetect covers the template's part; package family's test covers
+// each architecture's.
 func TestDetect(t *testing.T) {
 	for _, tc := range []struct {
-		arch, template string
-		want           Syntax
+		family   Syntax
+		template string
+		want     Syntax
 	}{
-		{"gpt_oss", "", Harmony},
-		{"llama", "{{ '<|im_start|>' }}", Hermes},
-		{"llama", "{{ '<tool_call>' }}", Hermes},
-		{"llama", "<|start_header_id|>ipython<|end_header_id|>", Llama3},
-		{"gemma3", "<start_of_turn>", ToolCode},
-		{"gemma4", "{{ '<|tool_call>call:' }}", Gemma4},
-		{"gemma4", "", ToolCode},
+		{Harmony, "", Harmony},
+		{Harmony, "{{ '<tool_call>' }}", Harmony},
+		{Hermes, "{{ '<|im_start|>' }}", Hermes},
+		{Hermes, "{{ '<tool_call>' }}", Hermes},
+		{Hermes, "<|start_header_id|>ipython<|end_header_id|>", Llama3},
+		{ToolCode, "<start_of_turn>", ToolCode},
+		{ToolCode, "{{ '<|tool_call>call:' }}", Gemma4},
+		{ToolCode, "", ToolCode},
+		{NoSyntax, "", Hermes},
+		{NoSyntax, "{{ '<|python_tag|>' }}", Llama3},
 	} {
-		if got := Detect(tc.arch, tc.template); got != tc.want {
-			t.Errorf("Detect(%q, %q) = %s, want %s", tc.arch, tc.template, got, tc.want)
+		if got := Detect(tc.family, tc.template); got != tc.want {
+			t.Errorf("Detect(%s, %q) = %s, want %s", tc.family, tc.template, got, tc.want)
 		}
 	}
 }

