@@ -20,14 +20,18 @@
 //	DummyTokenizer  the tokenizer.json of its dummy models
 //
 // Adding an architecture means writing its forward pass in model/<arch>,
-// adding one Family value here and listing it in the registry; its
-// config.json reader, dummy weights and tensor-parallel split sit in
-// package model, which cannot import this one (this package imports it),
-// so those still dispatch on the architecture there.
+// adding one Family value here and listing it in the registry. Package
+// model cannot import this one (this package imports it), so what model
+// itself does per architecture stays there: its config.json reader
+// (ReadHFConfig, by model_type), and one table of its checkpoint hooks
+// (tensor check, read and adapt, extra EOS tokens, dummy manifest,
+// tensor-parallel split) that model.Architectures lists; the tests here
+// keep that list equal to Supported.
 //
 // # Invariants
 //
-//   - Supported() lists exactly the registry's Arch values, and For(a)
+//   - Supported() lists exactly the registry's Arch values, the same as
+//     model.Architectures(), and For(a)
 //     answers for each of them and for each of their ModelTypes; no
 //     model_type belongs to two families.
 //   - For never returns a partial Family: an unknown architecture gets the

@@ -81,6 +81,9 @@ func TestSupportedIsTheRegistry(t *testing.T) {
 	if got := Supported(); !slices.Equal(got, archs) {
 		t.Fatalf("Supported() = %q, registry %q", got, archs)
 	}
+	if got := model.Architectures(); !slices.Equal(got, archs) {
+		t.Errorf("package model loads %q, registry %q", got, archs)
+	}
 	if !slices.IsSorted(Supported()) {
 		t.Errorf("Supported() = %q is not sorted", Supported())
 	}

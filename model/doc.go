@@ -19,6 +19,12 @@
 // estimate): gpt-oss and Gemma 4. ReadHFConfig returns their Config; Open
 // refuses their weights.
 //
+// What model does per architecture once a config is read (tensor check,
+// read and adapt, extra EOS tokens, dummy manifest, tensor-parallel split)
+// is one table, checkpointArchs (arch.go), which Architectures lists;
+// package family, the registry of architectures, keeps its own list equal
+// to it.
+//
 // model imports mlx, gguf, safetensors, tokenizer and jinja; it never
 // imports an engine, server or family package.
 package model

@@ -71,22 +71,17 @@ func PlanDummy(configJSON []byte) (*Dummy, error) {
 	if err != nil {
 		return nil, err
 	}
-	var specs []TensorSpec
-	switch cfg.Arch {
-	case "llama":
-		specs = llamaTensors(cfg)
-	case "gemma3":
-		specs = gemma3Tensors(cfg)
-	case "gemma4":
-		specs = Gemma4Tensors(cfg)
-	case "gpt_oss":
-		specs = GPTOSSTensors(cfg)
+	arch, ok := checkpointArchs[cfg.Arch]
+	if !ok {
+		return nil, fmt.Errorf("%w: no dummy weights for %q", ErrUnsupportedArch, cfg.Arch)
+	}
+	specs := arch.tensors(cfg)
+	if cfg.GPTOSS != nil {
+		// Which of gpt-oss's matrices are packed is settled below, in
+		// a copy of its facts.
 		g := *cfg.GPTOSS
 		g.Packed = map[string]QuantLevel{}
 		cfg.GPTOSS = &g
-	}
-	if specs == nil {
-		return nil, fmt.Errorf("%w: no dummy weights for %q", ErrUnsupportedArch, cfg.Arch)
 	}
 	d := &Dummy{Config: cfg}
 	for _, s := range specs {
@@ -102,7 +97,7 @@ func PlanDummy(configJSON []byte) (*Dummy, error) {
 		}
 		switch {
 		case t.Quant == nil:
-		case cfg.Arch == "gpt_oss":
+		case cfg.GPTOSS != nil:
 			t.Packed = true
 			cfg.GPTOSS.Packed[s.Name] = *t.Quant
 		case len(s.Shape) != 2:
@@ -445,11 +440,8 @@ func OpenDummy(configPath, tokenizerPath string) (*Model, *Dummy, error) {
 		cfg.BOS = m.Tokenizer.BOS()
 	}
 	cfg.EOS = mergeIDs(cfg.EOS, m.Tokenizer.EOSSet())
-	switch cfg.Arch {
-	case "gemma3":
-		cfg.EOS = gemma3EOS(m, cfg.EOS)
-	case "gemma4":
-		cfg.EOS = gemma4EOS(m, cfg.EOS)
+	if eos := checkpointArchs[cfg.Arch].eos; eos != nil {
+		cfg.EOS = eos(m, cfg.EOS)
 	}
 	m.Config, d.Config = cfg, cfg
 	return m, d, nil

@@ -243,7 +243,8 @@ func readHF(dir string) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	if configOnly(cfg.Arch) && !isGemma4(cfg.Arch) && !isGPTOSS(cfg.Arch) {
+	arch, ok := checkpointArchs[cfg.Arch]
+	if !ok {
 		return nil, fmt.Errorf("%w: %s is described from its config only; no adapter loads its weights", ErrUnsupportedArch, cfg.Arch)
 	}
 	m := &Model{Format: "hf", Path: dir}
@@ -263,19 +264,12 @@ func readHF(dir string) (*Model, error) {
 		cfg.BOS = m.Tokenizer.BOS()
 	}
 	cfg.EOS = mergeIDs(cfg.EOS, m.Tokenizer.EOSSet())
-	check := checkLlamaTensors
-	if cfg.Arch == "gemma3" {
-		cfg.EOS = gemma3EOS(m, cfg.EOS)
-		check = checkGemma3Tensors
-	}
-	if cfg.Arch == "gemma4" {
-		cfg.EOS = gemma4EOS(m, cfg.EOS)
-		check = checkGemma4Tensors
+	if arch.eos != nil {
+		cfg.EOS = arch.eos(m, cfg.EOS)
 	}
 	read := m.readSafetensors
-	if isGPTOSS(cfg.Arch) {
-		check = checkGPTOSSTensors
-		read = func(st *safetensors.Dir, q *hfQuant) error { return m.readGPTOSSSafetensors(st, &cfg, q) }
+	if arch.read != nil {
+		read = func(st *safetensors.Dir, q *hfQuant) error { return arch.read(m, st, &cfg, q) }
 	}
 
 	st, err := safetensors.OpenDir(dir)
@@ -291,20 +285,17 @@ func readHF(dir string) (*Model, error) {
 		m.Close()
 		return nil, err
 	}
-	if cfg.Arch == "gemma3" {
-		if err := m.adaptGemma3HF(); err != nil {
+	if arch.adapt != nil {
+		if err := arch.adapt(m, cfg); err != nil {
 			m.Close()
 			return nil, err
 		}
-	}
-	if cfg.Arch == "gemma4" {
-		m.adaptGemma4HF(cfg)
 	}
 	if _, ok := m.Tensors["lm_head.weight"]; !ok {
 		cfg.TiedEmbedding = true
 	}
 	m.Config = cfg
-	if err := check(m); err != nil {
+	if err := arch.check(m); err != nil {
 		m.Close()
 		return nil, err
 	}

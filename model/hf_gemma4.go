@@ -47,10 +47,6 @@ type Gemma4Facts struct {
 	PadToken    int32
 }
 
-// isGemma4 reports whether an HF model_type is a Gemma 4 text decoder: the
-// text model, or the multimodal one whose text_config describes it.
-func isGemma4(modelType string) bool { return modelType == "gemma4" || modelType == "gemma4_text" }
-
 // gemma4Facts checks the features of a Gemma 4 text config that the
 // forward pass implements and records them on c. widths is each layer's
 // dense MLP width as the config gives it.

@@ -38,9 +38,6 @@ type GPTOSSFacts struct {
 	ExpertRange [2]int
 }
 
-// isGPTOSS reports whether an HF model_type is gpt-oss.
-func isGPTOSS(modelType string) bool { return modelType == "gpt_oss" }
-
 // Defaults of gpt-oss's config keys, as HF transformers' GptOssConfig sets
 // them.
 const (

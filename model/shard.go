@@ -111,19 +111,20 @@ func (s *Sharding) Bind(w *Weights, g mlx.Group) {
 	}
 }
 
-// planShards is the split of a decoder with llama-style tensor names
-// (llama, gemma3): q/k/v, o, gate/up, down, lm_head.
+// planShards is rank's share of a split over size, as c's architecture
+// plans it.
 func planShards(c Config, tensors map[string]*Tensor, rank, size int) (*Sharding, Config, error) {
-	s := &Sharding{Rank: rank, Size: size, Parts: map[string]Part{}, Reduce: map[string]bool{}, Gather: map[string]bool{}}
-	switch c.Arch {
-	case "llama", "gemma3":
-	case "gpt_oss":
-		return planGPTOSS(s, c, tensors, rank, size)
-	case "gemma4":
-		return planGemma4(s, c, tensors, rank, size)
-	default:
+	arch, ok := checkpointArchs[c.Arch]
+	if !ok || arch.shard == nil {
 		return nil, c, fmt.Errorf("%w: tensor parallelism for %q is not implemented", ErrShard, c.Arch)
 	}
+	s := &Sharding{Rank: rank, Size: size, Parts: map[string]Part{}, Reduce: map[string]bool{}, Gather: map[string]bool{}}
+	return arch.shard(s, c, tensors, rank, size)
+}
+
+// planDense is the split of a decoder with llama-style tensor names
+// (llama, gemma3): q/k/v, o, gate/up, down, lm_head.
+func planDense(s *Sharding, c Config, tensors map[string]*Tensor, rank, size int) (*Sharding, Config, error) {
 	for _, k := range c.Kinds {
 		if k.KVHeads != c.KVHeads || k.HeadDim != c.HeadDim || k.SharedFrom >= 0 {
 			return nil, c, fmt.Errorf("%w: %s layers of different KV shapes", ErrShard, c.Arch)
