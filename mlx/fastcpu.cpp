@@ -35,6 +35,8 @@
 #endif
 
 #include <malloc.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "fastcpu.h"
 #include "hostop.h"
@@ -103,6 +105,18 @@ class Pool {
   }
 
   void run(int tasks, const std::function<void(int)>& fn) {
+    // A background thread (one niced below the process's main thread, as
+    // mlx.ThreadOptions.Background makes a vision tower's stream worker)
+    // runs its tasks itself: the pool's workers run at normal priority and
+    // one run holds the pool at a time, so lending them to it would let
+    // background work delay the decode loop's kernels, and a low-priority
+    // holder of run_mu_ would keep them waiting.
+    if (background()) {
+      for (int i = 0; i < tasks; i++) {
+        fn(i);
+      }
+      return;
+    }
     std::lock_guard<std::mutex> l(run_mu_);
     const int helpers = std::min(active_.load(), tasks - 1);
     if (helpers <= 0) {
@@ -138,6 +152,12 @@ class Pool {
       spin_ = std::atoi(env);
     }
     resize(n);
+  }
+
+  static bool background() {
+    // Read once per thread: a thread's priority is set before its work.
+    static thread_local const bool bg = getpriority(PRIO_PROCESS, 0) > getpriority(PRIO_PROCESS, getpid());
+    return bg;
   }
 
   static void pause() {

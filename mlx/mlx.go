@@ -83,22 +83,56 @@ type Thread struct {
 	done chan struct{}
 }
 
+// ThreadOptions shape the OS thread of a Thread. The zero value is a
+// plain thread. Threads MLX starts from the thread (the CPU worker of each
+// stream it first uses) inherit both settings, so the thread should create
+// its streams after it starts, not borrow them.
+type ThreadOptions struct {
+	// Name names the OS thread (Linux, at most 15 bytes, cut beyond), as
+	// ps -L and top -H show it; "" keeps the name it was started with.
+	Name string
+	// Background gives the thread the lowest scheduling priority (Linux:
+	// nice 19 for this thread alone), for work that must yield the CPU to
+	// the process's other threads whenever they want it, such as a vision
+	// tower beside the decode loop. It changes when the work runs, never
+	// what it computes.
+	Background bool
+}
+
 // NewThread starts the locked goroutine.
 func NewThread() *Thread {
+	t, _ := NewThreadWith(ThreadOptions{})
+	return t
+}
+
+// NewThreadWith starts the locked goroutine with its OS thread shaped by o.
+// On an error applying o no thread is left running.
+func NewThreadWith(o ThreadOptions) (*Thread, error) {
 	t := &Thread{work: make(chan func()), done: make(chan struct{})}
-	ready := make(chan struct{})
+	ready := make(chan error)
 	go func() {
 		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
+		// A thread whose name or priority changed is not handed back to
+		// the Go scheduler: it exits with the goroutine.
+		if o == (ThreadOptions{}) {
+			defer runtime.UnlockOSThread()
+		}
 		defer close(t.done)
+		if err := setupThread(o); err != nil {
+			ready <- err
+			return
+		}
 		Init()
-		close(ready)
+		ready <- nil
 		for fn := range t.work {
 			fn()
 		}
 	}()
-	<-ready
-	return t
+	if err := <-ready; err != nil {
+		<-t.done
+		return nil, err
+	}
+	return t, nil
 }
 
 // Do runs fn on the thread and waits for it.
