@@ -99,6 +99,10 @@ type opsPart struct {
 	from int
 	// exact: one row, its keys unpadded and unmasked (mask invalid).
 	exact bool
+	// paged: single-token rows read through their block tables by the
+	// CUDA kernel (table [R, MB], meta [R, 3]); gather and mask invalid.
+	paged       bool
+	table, meta mlx.Array
 }
 
 // Begin reserves the blocks rows need and lays out the step on f. On an
@@ -367,7 +371,12 @@ func (b *Batch) step(gi int, causal bool) *groupStep {
 		if len(rows) == 0 {
 			continue
 		}
-		part := b.opsPart(gi, rows, causal)
+		var part opsPart
+		if b.p.paged && len(b.rows[rows[0]].Tokens) == 1 && !b.loneRun(gi, rows) {
+			part = b.pagedPart(gi, rows, causal)
+		} else {
+			part = b.opsPart(gi, rows, causal)
+		}
 		for j, r := range rows {
 			for t := range b.rows[r].Tokens {
 				oIdx[b.start[r]+t] = int32(base + j*part.Tq + t)
@@ -466,6 +475,53 @@ func (b *Batch) opsPart(gi int, rows []int, causal bool) opsPart {
 	return part
 }
 
+// loneRun reports whether rows is one row whose keys in group gi lie in
+// consecutive slots, which the MLX-ops path reads as a view of the pool.
+func (b *Batch) loneRun(gi int, rows []int) bool {
+	if len(rows) != 1 {
+		return false
+	}
+	s := b.rows[rows[0]].Seq
+	lo, hi := b.keyRange(rows[0], b.p.groups[gi].window)
+	first := s.slot(gi, lo)
+	for pos := lo + 1; pos <= hi; pos++ {
+		if s.slot(gi, pos) != first+int32(pos-lo) {
+			return false
+		}
+	}
+	return true
+}
+
+// pagedPart lays out single-token rows of group gi for the CUDA paged
+// decode kernel: each row's block table and each query's (row, position,
+// last visible position).
+func (b *Batch) pagedPart(gi int, rows []int, causal bool) opsPart {
+	f := b.f
+	part := opsPart{R: len(rows), Tq: 1, paged: true, from: -1}
+	mb := 1
+	for _, r := range rows {
+		mb = max(mb, len(b.rows[r].Seq.tab[gi]))
+	}
+	table := make([]int32, len(rows)*mb)
+	meta := make([]int32, 3*len(rows))
+	qIdx := make([]int32, len(rows))
+	for j, r := range rows {
+		t := b.rows[r].Seq.tab[gi]
+		copy(table[j*mb:], t)
+		for k := len(t); k < mb; k++ {
+			table[j*mb+k] = -1
+		}
+		i := b.start[r]
+		meta[3*j], meta[3*j+1], meta[3*j+2] = int32(j), b.Positions[i], b.lastSeen(i, causal)
+		qIdx[j] = int32(i)
+	}
+	part.table, part.meta = f.Int32s(table, len(rows), mb), f.Int32s(meta, len(rows), 3)
+	if len(qIdx) != len(b.Tokens) || !isRun(qIdx, 0) {
+		part.qIdx = f.Int32s(qIdx, len(rows))
+	}
+	return part
+}
+
 // isRun reports whether xs is from, from+1, from+2, ...
 func isRun(xs []int32, from int32) bool {
 	for i, x := range xs {
@@ -527,6 +583,10 @@ func (b *Batch) attend(li int, q, k, v mlx.Array, scale float32, sinks mlx.Array
 		qp := q
 		if part.qIdx.Valid() {
 			qp = f.Take(q, part.qIdx, 0)
+		}
+		if part.paged {
+			outs[i] = f.PagedDecode(qp, p.k[src], p.v[src], part.table, part.meta, BlockTokens, p.groups[gi].window, scale, sinks)
+			continue
 		}
 		qq := f.Transpose(f.Reshape(qp, part.R, part.Tq, H, D), 0, 2, 1, 3)
 		mode := "array"

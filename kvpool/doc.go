@@ -45,6 +45,15 @@
 // masked scaled_dot_product_attention for all rows. Tests run both on the
 // same steps against attention computed in float64 on the host.
 //
+// On CUDA, with PROVIDER_GPU_PAGED=1, single-token (decode) rows skip the
+// gather: one kernel per layer (mlx PagedDecode, compiled by MLX at run
+// time) reads each row's keys through its block table, a block of threads
+// per query and head. Gathering every row's keys each step costs most of a
+// step at long contexts (about 2,000 tokens: 73 ms against mlx-lm's 37 ms
+// for 8 rows of a 7B model). It stays opt-in until TestAttendPagedCUDA,
+// which runs the same steps through it and the MLX-ops path, has passed on
+// a CUDA device.
+//
 // # The ledger agreement
 //
 // Between steps a sequence of n tokens holds exactly what the engine's

@@ -3,6 +3,7 @@ package kvpool
 import (
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/goprovider/provider/mlx"
 )
@@ -39,10 +40,13 @@ type Options struct {
 // HeadDim], and per group of layers with the same window one block
 // allocator. All methods run on the MLX thread.
 type Pool struct {
-	s      mlx.Stream
-	dtype  mlx.Dtype
-	opt    Options
-	fused  bool
+	s     mlx.Stream
+	dtype mlx.Dtype
+	opt   Options
+	fused bool
+	// paged: single-token rows attend through the CUDA paged decode
+	// kernel instead of gathered keys.
+	paged  bool
 	layers []Layer
 	group  []int // per layer, sharing layers included
 	groups []*group
@@ -81,6 +85,14 @@ func New(s mlx.Stream, d mlx.Dtype, layers []Layer, opt Options) (*Pool, error) 
 	p := &Pool{s: s, dtype: d, opt: opt, layers: layers, group: make([]int, len(layers)),
 		k: make([]mlx.Array, len(layers)), v: make([]mlx.Array, len(layers))}
 	p.fused = !opt.Ops && d == mlx.Float32 && s.IsCPU()
+	// Opt-in until it has run on a CUDA device (TestAttendPagedCUDA).
+	if !opt.Ops && !s.IsCPU() && os.Getenv("PROVIDER_GPU_PAGED") == "1" {
+		ok, err := mlx.CUDAAvailable()
+		if err != nil {
+			return nil, err
+		}
+		p.paged = ok
+	}
 	byWindow := map[int]int{}
 	for i, l := range layers {
 		if l.SharedFrom >= 0 {

@@ -111,19 +111,28 @@ func TestAttendMatchesNaive(t *testing.T) {
 		if ops {
 			name = "ops"
 		}
-		t.Run(name, func(t *testing.T) { onMLX(t, func(s mlx.Stream) { runAttend(t, s, ops) }) })
+		t.Run(name, func(t *testing.T) {
+			onMLX(t, func(s mlx.Stream) {
+				p, err := New(s, mlx.Float32, testLayers, Options{Ops: ops})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer p.Close()
+				if p.Fused() == ops {
+					t.Fatalf("Fused() = %v with Ops %v", p.Fused(), ops)
+				}
+				runAttend(t, p, 8, 1e-5)
+			})
+		})
 	}
 }
 
-func runAttend(t *testing.T, s mlx.Stream, ops bool) {
-	p, err := New(s, mlx.Float32, testLayers, Options{Ops: ops})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	if p.Fused() == ops {
-		t.Fatalf("Fused() = %v with Ops %v", p.Fused(), ops)
-	}
+// runAttend drives p (made of layers like testLayers, head size D)
+// through steps and checks every output against naive within tol. It
+// reports a failure with t.Errorf and returns, never t.Fatal: it runs on
+// an MLX thread's goroutine, which t.Fatal would end.
+func runAttend(t *testing.T, p *Pool, D int, tol float64) {
+	s := p.s
 	rng := rand.New(rand.NewPCG(1, 2))
 	sinks := make([]float32, testHeads)
 	for i := range sinks {
@@ -134,7 +143,7 @@ func runAttend(t *testing.T, s mlx.Stream, ops bool) {
 		hist history
 	}
 	newRow := func() *rowState {
-		return &rowState{seq: p.NewSeq(), hist: history{k: make([][]float32, len(testLayers)), v: make([][]float32, len(testLayers))}}
+		return &rowState{seq: p.NewSeq(), hist: history{k: make([][]float32, len(p.layers)), v: make([][]float32, len(p.layers))}}
 	}
 	rows := []*rowState{newRow(), newRow()}
 	// Each step lists how many tokens each live row adds; a third row joins
@@ -169,24 +178,25 @@ func runAttend(t *testing.T, s mlx.Stream, ops bool) {
 		}
 		b, err := p.Begin(f, br)
 		if err != nil {
-			t.Fatal(err)
+			t.Error(err)
+			return
 		}
 		N := b.N()
-		q := randVals(rng, N*testHeads*8)
-		outs := make([]mlx.Array, len(testLayers))
-		kvs := make([][2][]float32, len(testLayers))
-		for li, l := range testLayers {
-			kvs[li] = [2][]float32{randVals(rng, N*l.KVHeads*8), randVals(rng, N*l.KVHeads*8)}
-			k := f.Float32s(kvs[li][0], N, l.KVHeads, 8)
-			v := f.Float32s(kvs[li][1], N, l.KVHeads, 8)
+		q := randVals(rng, N*testHeads*D)
+		outs := make([]mlx.Array, len(p.layers))
+		kvs := make([][2][]float32, len(p.layers))
+		for li, l := range p.layers {
+			kvs[li] = [2][]float32{randVals(rng, N*l.KVHeads*D), randVals(rng, N*l.KVHeads*D)}
+			k := f.Float32s(kvs[li][0], N, l.KVHeads, D)
+			v := f.Float32s(kvs[li][1], N, l.KVHeads, D)
 			var sk mlx.Array
 			if li == 0 {
 				sk = f.Float32s(sinks, testHeads)
 			}
 			if li == causalLayer {
-				outs[li] = b.AttendCausal(li, f.Float32s(q, N, testHeads, 8), k, v, 0.3, sk)
+				outs[li] = b.AttendCausal(li, f.Float32s(q, N, testHeads, D), k, v, 0.3, sk)
 			} else {
-				outs[li] = b.Attend(li, f.Float32s(q, N, testHeads, 8), k, v, 0.3, sk)
+				outs[li] = b.Attend(li, f.Float32s(q, N, testHeads, D), k, v, 0.3, sk)
 			}
 		}
 		got := make([][]float32, len(outs))
@@ -194,7 +204,8 @@ func runAttend(t *testing.T, s mlx.Stream, ops bool) {
 			got[li] = f.ToFloat32s(outs[li])
 		}
 		if err := f.Err(); err != nil {
-			t.Fatalf("step %d: %v", si, err)
+			t.Errorf("step %d: %v", si, err)
+			return
 		}
 		b.Commit()
 		f.Free()
@@ -202,16 +213,16 @@ func runAttend(t *testing.T, s mlx.Stream, ops bool) {
 		for r, n := range counts {
 			st := rows[r]
 			base := b.start[r]
-			for li, l := range testLayers {
+			for li, l := range p.layers {
 				src := li
 				if l.SharedFrom >= 0 {
 					src = l.SharedFrom
 				} else {
-					row := l.KVHeads * 8
+					row := l.KVHeads * D
 					st.hist.k[li] = append(st.hist.k[li], kvs[li][0][base*row:(base+n)*row]...)
 					st.hist.v[li] = append(st.hist.v[li], kvs[li][1][base*row:(base+n)*row]...)
 				}
-				sl := testLayers[src]
+				sl := p.layers[src]
 				var sk []float32
 				if li == 0 {
 					sk = sinks
@@ -225,11 +236,12 @@ func runAttend(t *testing.T, s mlx.Stream, ops bool) {
 							last = sp.End - 1
 						}
 					}
-					want := naive(q[i*testHeads*8:(i+1)*testHeads*8], st.hist.k[src], st.hist.v[src], pos, last, sl.Window, sl.KVHeads, 0.3, sk)
+					want := naive(q[i*testHeads*D:(i+1)*testHeads*D], st.hist.k[src], st.hist.v[src], pos, last, sl.Window, sl.KVHeads, D, 0.3, sk)
 					for j, w := range want {
-						g := got[li][i*testHeads*8+j]
-						if math.Abs(float64(g)-w) > 1e-5 {
-							t.Fatalf("step %d row %d layer %d pos %d: element %d = %v, want %v", si, r, li, pos, j, g, w)
+						g := got[li][i*testHeads*D+j]
+						if math.Abs(float64(g)-w) > tol {
+							t.Errorf("step %d row %d layer %d pos %d: element %d = %v, want %v", si, r, li, pos, j, g, w)
+							return
 						}
 					}
 				}
@@ -240,7 +252,8 @@ func runAttend(t *testing.T, s mlx.Stream, ops bool) {
 			sum += st.seq.Bytes()
 		}
 		if held := p.HeldBytes(); held != sum {
-			t.Fatalf("step %d: pool holds %d bytes, sequences %d", si, held, sum)
+			t.Errorf("step %d: pool holds %d bytes, sequences %d", si, held, sum)
+			return
 		}
 	}
 }
@@ -255,9 +268,8 @@ func randVals(rng *rand.Rand, n int) []float32 {
 
 // naive is softmax(scale q.k) v for one token at pos, seeing positions up
 // to last (pos, or its span's end), over keys and values [pos'*KVH*D] in
-// float64, heads testHeads, head dim 8.
-func naive(q, keys, vals []float32, pos, last, window, kvh int, scale float64, sinks []float32) []float64 {
-	const D = 8
+// float64, heads testHeads, head dim D.
+func naive(q, keys, vals []float32, pos, last, window, kvh, D int, scale float64, sinks []float32) []float64 {
 	rep := testHeads / kvh
 	out := make([]float64, testHeads*D)
 	lo := 0

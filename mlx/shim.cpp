@@ -640,3 +640,130 @@ int mlx_distributed_all_gather(mlx_array* res, const mlx_array x, const mlx_dist
 }
 
 } // extern "C"
+
+namespace {
+
+// The body of the paged decode attention kernel (CUDA, compiled at run time
+// by MLX). One block per (query, head): its W warps take every W-th visible
+// key of the query's row, each lane D/32 elements of a key; a warp keeps a
+// running max, sum and weighted value sum, and warp 0 merges the W partial
+// results (with the head's sink logit, if any, in the denominator).
+constexpr const char* kPagedDecodeSource = R"(
+  constexpr int EPL = D / 32;
+  const int h = blockIdx.x;
+  const int i = blockIdx.y;
+  const int lane = threadIdx.x & 31;
+  const int w = threadIdx.x >> 5;
+  const int H = q_shape[1];
+  const int KVH = kpool_shape[1];
+  const int MB = table_shape[1];
+  const int kvh = h / (H / KVH);
+  const int row = meta[3 * i], pos = meta[3 * i + 1], last = meta[3 * i + 2];
+  const int lo = WINDOW > 0 ? max(0, pos - WINDOW + 1) : 0;
+  const float scale = __int_as_float(SCALE_BITS);
+  float qv[EPL];
+  const T* qr = q + ((size_t)i * H + h) * D + lane * EPL;
+  for (int e = 0; e < EPL; e++) {
+    qv[e] = static_cast<float>(qr[e]) * scale;
+  }
+  const float ninf = -__int_as_float(0x7f800000);
+  float m = ninf, l = 0.f, acc[EPL];
+  for (int e = 0; e < EPL; e++) {
+    acc[e] = 0.f;
+  }
+  const int* tr = table + (size_t)row * MB;
+  for (int kp = lo + w; kp <= last; kp += W) {
+    const int slot = tr[kp / BLOCK] * BLOCK + kp % BLOCK;
+    const size_t off = ((size_t)slot * KVH + kvh) * D + lane * EPL;
+    float kv[EPL], vv[EPL];
+    for (int e = 0; e < EPL; e++) {
+      kv[e] = static_cast<float>(kpool[off + e]);
+      vv[e] = static_cast<float>(vpool[off + e]);
+    }
+    float s = 0.f;
+    for (int e = 0; e < EPL; e++) {
+      s += qv[e] * kv[e];
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      s += __shfl_xor_sync(0xffffffff, s, o);
+    }
+    const float mn = fmaxf(m, s);
+    const float a = __expf(m - mn);
+    const float p = __expf(s - mn);
+    l = l * a + p;
+    for (int e = 0; e < EPL; e++) {
+      acc[e] = acc[e] * a + p * vv[e];
+    }
+    m = mn;
+  }
+  __shared__ float sm[W], sl[W], sacc[W * D];
+  if (lane == 0) {
+    sm[w] = m;
+    sl[w] = l;
+  }
+  for (int e = 0; e < EPL; e++) {
+    sacc[w * D + lane * EPL + e] = acc[e];
+  }
+  __syncthreads();
+  if (w != 0) {
+    return;
+  }
+  float M = ninf;
+  for (int j = 0; j < W; j++) {
+    M = fmaxf(M, sm[j]);
+  }
+  const float sink = HAS_SINKS ? sinks[h] : ninf;
+  M = fmaxf(M, sink);
+  float L = HAS_SINKS ? __expf(sink - M) : 0.f;
+  float out[EPL];
+  for (int e = 0; e < EPL; e++) {
+    out[e] = 0.f;
+  }
+  for (int j = 0; j < W; j++) {
+    const float c = sm[j] == ninf ? 0.f : __expf(sm[j] - M);
+    L += sl[j] * c;
+    for (int e = 0; e < EPL; e++) {
+      out[e] += sacc[j * D + lane * EPL + e] * c;
+    }
+  }
+  T* orow = o + ((size_t)i * H + h) * D + lane * EPL;
+  for (int e = 0; e < EPL; e++) {
+    orow[e] = static_cast<T>(out[e] / L);
+  }
+)";
+
+}  // namespace
+
+int mlx_cuda_available(bool* res) {
+  return guard([&] { *res = mx::cu::is_available(); });
+}
+
+int mlx_cuda_paged_decode(mlx_array* res, const mlx_array q, const mlx_array k_pool, const mlx_array v_pool,
+                          const mlx_array table, const mlx_array meta, int block, int window, float scale,
+                          const mlx_array sinks, const mlx_stream s) {
+  return guard([&] {
+    static auto kernel = mx::fast::cuda_kernel("paged_decode", {"q", "kpool", "vpool", "table", "meta", "sinks"}, {"o"},
+                                               kPagedDecodeSource, "", /*ensure_row_contiguous=*/true);
+    const mx::array& qa = arr(q);
+    if (qa.ndim() != 3 || qa.shape(2) % 32 != 0 || qa.shape(2) > 512) {
+      throw std::invalid_argument("paged_decode: needs q [P, H, D] with D a multiple of 32, at most 512");
+    }
+    constexpr int warps = 8;
+    const int P = qa.shape(0), H = qa.shape(1), D = qa.shape(2);
+    const bool has_sinks = sinks.ctx != nullptr;
+    mx::array sk = has_sinks ? mx::astype(arr(sinks), mx::float32, strm(s)) : mx::zeros({H}, mx::float32, strm(s));
+    int scale_bits;
+    std::memcpy(&scale_bits, &scale, sizeof scale_bits);
+    auto out = kernel({qa, arr(k_pool), arr(v_pool), arr(table), arr(meta), sk}, {qa.shape()}, {qa.dtype()},
+                      {H * 32 * warps, P, 1}, {32 * warps, 1, 1},
+                      {{"T", qa.dtype()},
+                       {"D", D},
+                       {"W", warps},
+                       {"BLOCK", block},
+                       {"WINDOW", window},
+                       {"SCALE_BITS", scale_bits},
+                       {"HAS_SINKS", has_sinks}},
+                      std::nullopt, false, strm(s));
+    set(res, out[0]);
+  });
+}

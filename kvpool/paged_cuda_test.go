@@ -1,0 +1,68 @@
+package kvpool
+
+import (
+	"testing"
+
+	"github.com/goprovider/provider/mlx"
+)
+
+// TestAttendPagedCUDA runs TestAttendMatchesNaive's steps on MLX's CUDA
+// backend, where single-token rows attend through the paged decode kernel
+// (mlx PagedDecode), in float32 and float16, with head sizes the kernel
+// serves (64 and 128), and once more through the MLX-ops path it replaces.
+// The float32 bound is looser than the CPU's: MLX's CUDA matmuls of the
+// prefill chunks (MLX-ops path) round through TF32.
+// It needs a CUDA device and says so where there is none.
+func TestAttendPagedCUDA(t *testing.T) {
+	t.Setenv("PROVIDER_GPU_PAGED", "1")
+	th := mlx.NewThread()
+	defer th.Close()
+	var ok bool
+	var err error
+	th.Do(func() { ok, err = mlx.CUDAAvailable() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		t.Skip("NEEDS A CUDA DEVICE: MLX's CUDA backend is not in this build or sees no GPU; the paged decode kernel is untested here")
+	}
+	for _, c := range []struct {
+		name string
+		d    mlx.Dtype
+		D    int
+		ops  bool
+		tol  float64
+	}{
+		{"float32-128", mlx.Float32, 128, false, 2e-3},
+		{"float32-64", mlx.Float32, 64, false, 2e-3},
+		{"float16-128", mlx.Float16, 128, false, 1e-2},
+		{"ops-float32-128", mlx.Float32, 128, true, 2e-3},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			th.Do(func() {
+				s, err := mlx.GPU()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				defer s.Free()
+				layers := make([]Layer, len(testLayers))
+				for i, l := range testLayers {
+					l.HeadDim = c.D
+					layers[i] = l
+				}
+				p, err := New(s, c.d, layers, Options{Ops: c.ops})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				defer p.Close()
+				if p.paged == c.ops {
+					t.Errorf("paged = %v with Ops %v", p.paged, c.ops)
+					return
+				}
+				runAttend(t, p, c.D, c.tol)
+			})
+		})
+	}
+}
