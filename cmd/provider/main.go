@@ -33,6 +33,7 @@ func main() {
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)
 	}
+	usePTXCache()
 	var err error
 	switch os.Args[1] {
 	case "generate":

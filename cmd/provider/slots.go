@@ -295,6 +295,12 @@ func (sl *serveLoader) Load(_ context.Context, name string, grant int64) (slots.
 		l.close()
 		return nil, err
 	}
+	if !l.s.IsCPU() && os.Getenv("PROVIDER_GPU_WARMUP") != "0" {
+		if err := warmUp(context.Background(), name, &inst.gen, l.m.Config.Vocab, sl.conc, l.m.Config.ContextLength, sl.log); err != nil {
+			l.close()
+			return nil, fmt.Errorf("%w: warm-up of %s: %w", slots.ErrEngineInit, name, err)
+		}
+	}
 	err = sl.srv.Register(server.Model{
 		Name:          name,
 		Architecture:  l.m.Config.Arch,
