@@ -121,6 +121,16 @@ bench-sidebyside: $(DEPS)/smollm2/.ok build
 	bash scripts/setup_peers.sh
 	bash scripts/sidebyside.sh
 
+# A text row's TPOT alone and beside a 32-frame video's vision tower, with
+# the tower at normal and at background priority (BenchmarkTextBesideVideoTower
+# in cmd/provider); the figures go to bench/results/video-tower-<machine>-<date>/
+# as figures.json and bench.log, for its README.
+.PHONY: bench-video-tower
+bench-video-tower: setup
+	out=bench/results/video-tower-$$(uname -m)-$$(nproc)cpu-$$(date +%Y-%m-%d) && mkdir -p $$out && \
+	VIDEO_TOWER_JSON=$$PWD/$$out/figures.json ROUNDS=$${ROUNDS:-3} go test ./cmd/provider -run '^$$' \
+	-bench TextBesideVideoTower -benchtime 1x -timeout 30m -v 2>&1 | tee $$out/bench.log
+
 # Prefix cache benchmark: the shared-prefix workload alone, 4 prefixes of
 # 2,048 tokens and 64 new tokens, at concurrency 1 and 8, against ours with
 # the cache off and llama-server with its prompt cache and host-RAM cache

@@ -62,18 +62,28 @@ type towerRun struct {
 	free func() // releases the weights; nil until they are loaded
 }
 
-// newTowerRun starts a tower's MLX thread with its own stream on the
-// device of s.
+// TowerThread is the OS thread name of a vision tower's MLX thread and of
+// the stream worker started from it, as ps -L and top -H show them.
+const TowerThread = "provider-tower"
+
+// towerBackground reports whether towers run at background priority:
+// unless PROVIDER_TOWER_BACKGROUND=0 (for comparison), a tower's thread
+// and its stream's worker yield the CPU to the decode loop whenever both
+// want it (mlx.ThreadOptions.Background). Its soft tokens are the same
+// either way; a step beside a tower's run gets the cores first, and the
+// tower takes longer only when the engine is busy.
+func towerBackground() bool { return os.Getenv("PROVIDER_TOWER_BACKGROUND") != "0" }
+
+// newTowerRun starts a tower's MLX thread with a new stream of its own on
+// the device of s, made on that thread so that its CPU worker shares the
+// thread's name and priority.
 func newTowerRun(s mlx.Stream) (*towerRun, error) {
-	r := &towerRun{th: mlx.NewThread()}
-	var err error
-	r.th.Do(func() {
-		if s.IsCPU() {
-			r.s = mlx.CPU()
-		} else {
-			r.s, err = mlx.GPU()
-		}
-	})
+	th, err := mlx.NewThreadWith(mlx.ThreadOptions{Name: TowerThread, Background: towerBackground()})
+	if err != nil {
+		return nil, fmt.Errorf("family: vision tower thread: %w", err)
+	}
+	r := &towerRun{th: th}
+	r.th.Do(func() { r.s, err = mlx.NewStreamOn(s) })
 	if err != nil {
 		r.th.Close()
 		return nil, fmt.Errorf("family: vision tower stream: %w", err)

@@ -18,7 +18,7 @@ import (
 // process, its address once it listens, and its log so far. wait waits
 // for the process after its log has been read to the end (exec.Cmd.Wait
 // closes the pipe, so it must not run before).
-func startServe(t *testing.T, env []string, args ...string) (cmd *exec.Cmd, url string, log func() string, wait func() error) {
+func startServe(t testing.TB, env []string, args ...string) (cmd *exec.Cmd, url string, log func() string, wait func() error) {
 	t.Helper()
 	cmd = exec.Command(binPath, append([]string{"serve", "--log-format", "text", "--no-auth", "--addr", "127.0.0.1:0"}, args...)...)
 	cmd.Env = append(append(os.Environ(), "XDG_CACHE_HOME="+t.TempDir(), "XDG_CONFIG_HOME="+t.TempDir()), env...)
