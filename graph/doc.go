@@ -53,11 +53,17 @@
 //     no place. Bodies of 1 MiB and more are large: they may not take the
 //     budget's last 16 MiB, kept for small bodies, and at most one fewer
 //     than the cores run through the stages at once (at least one), so a
-//     small request always finds its share, a stage worker and a core. 100
-//     clients sending 32 MiB at once held the server under 600 MiB of RSS;
-//     on two cores a normal request's first token meanwhile had a median
-//     of 3-6 ms (2 ms unloaded) instead of 6-30 ms, and a 90th percentile
-//     of 8-16 ms instead of 0.3-0.7 s (cmd/provider TestServeHostileBodies).
+//     small request always finds its share, a stage worker and a core.
+//     Large bodies are read, all together, at 64 MiB/s after a burst of
+//     8 MiB (server.Options.LargeBodyRate, PROVIDER_LARGE_BODY_RATE):
+//     their senders wait in the kernel's flow control instead of taking
+//     the CPU that reading, copying and parsing them at loopback speed
+//     would. 100 clients sending 32 MiB at once held the server under
+//     300 MiB of RSS; on two cores a normal request's first token
+//     meanwhile had a median of 2.3 ms (2.0-2.1 ms unloaded) and a 90th
+//     percentile of 3.6 ms; with the rate unbounded 2.7 ms and 6.6-8.5 ms,
+//     and 490-520 MiB of RSS (cmd/provider TestServeHostileBodies; 7 of
+//     the 100 bodies were served, the others got 429 after the wait).
 //   - Requests in the pipeline: the graph's own intake (Intake) and one
 //     envelope per stage worker; admitted generations are bounded by each
 //     engine's running rows and its waiting queue (429 beyond it).

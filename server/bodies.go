@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"runtime"
 	"sync"
@@ -138,10 +139,16 @@ func (s *Server) bodySize(r *http.Request) int64 {
 }
 
 // readBody reads a request body of at most the limit into a buffer of its
-// declared size (no doubling growth).
+// declared size (no doubling growth); a large body at the large bodies'
+// shared rate (pacer).
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	buf := bytes.NewBuffer(make([]byte, 0, s.bodySize(r)+1))
-	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, s.maxBody)); err != nil {
+	size := s.bodySize(r)
+	buf := bytes.NewBuffer(make([]byte, 0, size+1))
+	var body io.Reader = http.MaxBytesReader(w, r.Body, s.maxBody)
+	if size >= largeBody && s.pace != nil {
+		body = pacedReader{ctx: r.Context(), r: body, p: s.pace}
+	}
+	if _, err := buf.ReadFrom(body); err != nil {
 		return nil, err
 	}
 	return buf.Bytes(), nil

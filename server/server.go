@@ -39,6 +39,10 @@ type Options struct {
 	// parsed at once (default 256 MiB); a body waits for its share at most
 	// the intake wait, then gets 429.
 	BodyBudget int64
+	// LargeBodyRate bounds how fast bodies of 1 MiB and more are read, all
+	// together, in bytes a second (default 64 MiB/s; after a quiet spell
+	// the first 8 MiB are read at once); negative: no bound.
+	LargeBodyRate int64
 	// Logger receives one record per request, through the telemetry
 	// allowlist; nil is slog.Default().
 	Logger *slog.Logger
@@ -112,6 +116,7 @@ type Server struct {
 	intake     chan struct{}
 	intakeWait time.Duration
 	bodies     *bodyBudget
+	pace       *pacer // large bodies' read rate; nil: unbounded
 	// draining refuses new generation requests (503) while streams finish.
 	draining atomic.Bool
 
@@ -155,6 +160,12 @@ func New(o Options) *Server {
 		o.BodyBudget = DefaultBodyBudget
 	}
 	s.bodies = newBodyBudget(max(o.BodyBudget, o.MaxBodyBytes), s.clk, wait)
+	if o.LargeBodyRate == 0 {
+		o.LargeBodyRate = DefaultLargeBodyRate
+	}
+	if o.LargeBodyRate > 0 {
+		s.pace = newPacer(s.clk, o.LargeBodyRate)
+	}
 	s.mux.HandleFunc("POST /v1/chat/completions", s.generate(stages.Chat))
 	s.mux.HandleFunc("POST /v1/completions", s.generate(stages.Completion))
 	s.mux.HandleFunc("GET /v1/models", s.listModels)

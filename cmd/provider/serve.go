@@ -17,6 +17,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -203,8 +204,16 @@ func runServe(args []string) error {
 		}})
 	// The request stages run on one worker per core; each request still
 	// passes them in order.
+	// PROVIDER_LARGE_BODY_RATE: bytes a second at which bodies of 1 MiB
+	// and more are read, all together; -1 leaves them unbounded.
+	var bodyRate int64
+	if v := os.Getenv("PROVIDER_LARGE_BODY_RATE"); v != "" {
+		if bodyRate, err = strconv.ParseInt(v, 10, 64); err != nil || bodyRate == 0 {
+			return fmt.Errorf("serve: PROVIDER_LARGE_BODY_RATE=%q: want bytes a second, or -1 for no bound", v)
+		}
+	}
 	srv := server.New(server.Options{Architectures: family.Supported(), Logger: log, Slots: serveSlots{mgr, ld},
-		Graph: graph.Options{Parallelism: runtime.NumCPU()}})
+		LargeBodyRate: bodyRate, Graph: graph.Options{Parallelism: runtime.NumCPU()}})
 	ld.srv = srv
 	srv.SetLoading(true)
 	defer mgr.Close()
