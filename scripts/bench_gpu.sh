@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # GPU benchmarks on MLX's CUDA backend (mlx-cuda-13), run on a machine with
 # an NVIDIA GPU where python3 imports mlx (CUDA) and mlx_lm, and bin/provider
-# finds the same libmlx.so (LD_LIBRARY_PATH). Nothing is downloaded.
+# finds the same libmlx.so (LD_LIBRARY_PATH). Nothing is downloaded: on a
+# machine that reaches no registry, scripts/gpu/prepare.sh packs what it
+# needs into three carried folders and scripts/gpu/env.sh unpacks them.
 #
 #   bash scripts/bench_gpu.sh llama    # ours vs mlx_lm.server, random Llama-2-7B 4-bit
 #   bash scripts/bench_gpu.sh gptoss   # ours serving gpt-oss-20b with dummy weights
