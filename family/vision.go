@@ -99,7 +99,12 @@ func (r *towerRun) soft(encode func(f *mlx.Frame) mlx.Array) ([]float32, error) 
 	r.th.Do(func() {
 		f := mlx.NewFrame(r.s)
 		defer f.Free()
-		out = f.ToFloat32s(f.AsType(encode(f), mlx.Float32))
+		// One primitive at a time: the tower runs at low priority, and a
+		// deep queue of its tasks in MLX's scheduler would hold the decode
+		// loop's evaluations back (mlx.EvalStepwise).
+		x := f.AsType(encode(f), mlx.Float32)
+		f.EvalStepwise(x)
+		out = f.ToFloat32s(x)
 		err = f.Err()
 	})
 	return out, err

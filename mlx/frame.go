@@ -110,6 +110,18 @@ func (f *Frame) Eval(arrays ...Array) error {
 	return f.err
 }
 
+// EvalStepwise evaluates arrays one primitive at a time (see
+// EvalStepwise) unless the frame has failed.
+func (f *Frame) EvalStepwise(arrays ...Array) error {
+	if f.err != nil {
+		return f.err
+	}
+	if err := EvalStepwise(arrays...); err != nil {
+		f.err = err
+	}
+	return f.err
+}
+
 // AsyncEval queues the evaluation of arrays (see AsyncEval) unless the
 // frame has failed.
 func (f *Frame) AsyncEval(arrays ...Array) error {

@@ -433,6 +433,17 @@ func Eval(arrays ...Array) error {
 	return withVector(arrays, func(v C.mlx_vector_array) error { return check("eval", C.mlx_eval(v)) })
 }
 
+// EvalStepwise evaluates arrays as Eval does, but one primitive at a
+// time, waiting for each before the next, so that this thread never has
+// more than one task queued in MLX's scheduler. MLX bounds the tasks queued
+// by all threads together (ten) and makes an evaluating thread that finds
+// more wait for any of them to finish: a background thread (a vision
+// tower at low priority) with a deep queue would make the decode loop
+// wait on its slow, low-priority work. Its results equal Eval's.
+func EvalStepwise(arrays ...Array) error {
+	return withVector(arrays, func(v C.mlx_vector_array) error { return check("eval_stepwise", C.mlx_eval_stepwise(v)) })
+}
+
 // AsyncEval queues the evaluation of arrays on their streams and returns
 // without waiting; a later Eval (or a read) of them waits for the result.
 func AsyncEval(arrays ...Array) error {

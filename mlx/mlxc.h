@@ -109,6 +109,9 @@ int mlx_async_eval(const mlx_vector_array outputs);
  * line (an op with several outputs once), into a malloc'd string the
  * caller frees; arrays already evaluated are not descended into. */
 int mlx_graph_primitives(char** res, const mlx_vector_array outputs);
+/* extension: evaluate outputs one primitive at a time, each eval waited for
+   before the next (see EvalStepwise). */
+int mlx_eval_stepwise(const mlx_vector_array outputs);
 int mlx_get_active_memory(size_t* res);
 int mlx_get_peak_memory(size_t* res);
 int mlx_reset_peak_memory(void);

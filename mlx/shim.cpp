@@ -767,3 +767,39 @@ int mlx_cuda_paged_decode(mlx_array* res, const mlx_array q, const mlx_array k_p
     set(res, out[0]);
   });
 }
+
+int mlx_eval_stepwise(const mlx_vector_array outputs) {
+  return guard([&] {
+    // Post-order over the unevaluated graph, then one synchronous eval per
+    // node: the caller never has more than one of MLX's scheduler tasks
+    // outstanding.
+    std::vector<mx::array> order;
+    std::unordered_set<std::uintptr_t> seen;
+    std::vector<std::pair<mx::array, bool>> stack;
+    for (auto& o : vec(outputs)) {
+      stack.emplace_back(o, false);
+    }
+    while (!stack.empty()) {
+      auto [a, expanded] = stack.back();
+      stack.pop_back();
+      if (expanded) {
+        order.push_back(a);
+        continue;
+      }
+      if (!a.has_primitive() || a.is_available() || !seen.insert(a.id()).second) {
+        continue;
+      }
+      for (auto& s : a.siblings()) {
+        seen.insert(s.id());
+      }
+      stack.emplace_back(a, true);
+      for (auto& in : a.inputs()) {
+        stack.emplace_back(in, false);
+      }
+    }
+    for (auto& a : order) {
+      mx::eval(a);
+    }
+    mx::eval(vec(outputs));
+  });
+}

@@ -451,7 +451,7 @@ func BenchmarkTextBesideVideoTower(b *testing.B) {
 				}
 				// The video goes in once the text row decodes; the text
 				// row runs on past the tower's run, into the video's
-				// prefill, which the window leaves out.
+				// prefill, which the window leaves out, or ends inside it.
 				at, err = streamTokens(s.url, text(textTokens), launch)
 				if err != nil {
 					b.Fatal(err)
@@ -462,7 +462,9 @@ func BenchmarkTextBesideVideoTower(b *testing.B) {
 				close(stop)
 				<-done
 				g = gaps(at, 0, start, end)
-				if len(g) < 10 || !end.Before(at[len(at)-1]) {
+				// The text row may end inside the tower's run (a slow,
+				// background tower): its gaps all overlapped the tower.
+				if len(g) < 10 {
 					b.Fatalf("round %d %s: %d text gaps inside the tower's run (%v to %v), text from %v to %v: no overlap to measure",
 						r, s.name, len(g), start.Format(time.StampMilli), end.Format(time.StampMilli),
 						at[0].Format(time.StampMilli), at[len(at)-1].Format(time.StampMilli))
