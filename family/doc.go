@@ -39,6 +39,17 @@
 //     error (server, where nil Architectures admit any) gets plain text
 //     output and no default template.
 //
+// # Vision towers beside the decode loop
+//
+// A tower runs on its own MLX thread and stream (vision.go), named
+// provider-tower, at background priority (nice 19, inherited by its
+// stream's worker; PROVIDER_TOWER_BACKGROUND=0 keeps normal priority), and
+// evaluates its graph one primitive at a time (mlx.EvalStepwise) so that
+// it never fills MLX's shared queue of tasks, which would make the decode
+// loop wait on it. It then takes only the cores decode leaves: a text
+// row's TPOT beside a 32-frame video's tower equals its TPOT alone
+// (bench/results/video-tower-*, BenchmarkTextBesideVideoTower).
+//
 // # Imports
 //
 // family imports model and the model/<arch> packages, mlx and media (the
