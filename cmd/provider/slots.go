@@ -295,7 +295,7 @@ func (sl *serveLoader) Load(_ context.Context, name string, grant int64) (slots.
 		l.close()
 		return nil, err
 	}
-	if !l.s.IsCPU() && os.Getenv("PROVIDER_GPU_WARMUP") != "0" {
+	if w := os.Getenv("PROVIDER_WARMUP"); w == "1" || (w != "0" && !l.s.IsCPU()) {
 		if err := warmUp(context.Background(), name, &inst.gen, l.m.Config.Vocab, sl.conc, l.m.Config.ContextLength, sl.log); err != nil {
 			l.close()
 			return nil, fmt.Errorf("%w: warm-up of %s: %w", slots.ErrEngineInit, name, err)

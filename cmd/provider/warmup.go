@@ -20,7 +20,8 @@ import (
 // through the step shapes serving meets: one-row prefills of a spread of
 // lengths, then growing numbers of rows decoding together. MLX keeps what
 // it compiles on disk (usePTXCache), so a later start pays only the
-// forwards.
+// forwards. PROVIDER_WARMUP=0 skips it; PROVIDER_WARMUP=1 runs it on the
+// CPU too (where nothing is compiled; the tests run it there).
 
 // warmPlan is a GPU warm-up: the prompt lengths of one-row prefills and
 // the numbers of rows to decode together. Prompts stay under one prefix

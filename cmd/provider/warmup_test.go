@@ -2,6 +2,7 @@ package main
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -28,5 +29,18 @@ func TestWarmPlan(t *testing.T) {
 				t.Errorf("warmPlan(%d, %d): prefill of %d tokens fills a cache block or the context", c.conc, c.ctx, n)
 			}
 		}
+	}
+}
+
+// TestServeWarmUp runs serve's warm-up (forced on the CPU) through a real
+// engine: every planned generation finishes before the port opens, and
+// the model then answers.
+func TestServeWarmUp(t *testing.T) {
+	_, url, log, _ := startServe(t, []string{"PROVIDER_WARMUP=1"}, "--model", stories, "--max-concurrent", "8")
+	if !strings.Contains(log(), "msg=\"warm-up done\"") {
+		t.Fatalf("no warm-up in the log:\n%s", log())
+	}
+	if d := firstToken(t, url); d <= 0 {
+		t.Fatalf("first token after %v", d)
 	}
 }
