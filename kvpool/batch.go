@@ -337,22 +337,16 @@ func (b *Batch) step(gi int, causal bool) *groupStep {
 	}
 	gs.slots = slots
 	if b.p.fused {
-		mb := 1
-		for _, row := range b.rows {
-			mb = max(mb, len(row.Seq.tab[gi]))
+		all := make([]int, R)
+		for r := range all {
+			all[r] = r
 		}
-		table := make([]int32, R*mb)
-		for r, row := range b.rows {
-			copy(table[r*mb:], row.Seq.tab[gi])
-			for j := len(row.Seq.tab[gi]); j < mb; j++ {
-				table[r*mb+j] = -1
-			}
-		}
+		table := b.blockTable(gi, all)
 		meta := make([]int32, 3*N)
 		for i := range N {
 			meta[3*i], meta[3*i+1], meta[3*i+2] = b.rowOf[i], b.Positions[i], b.lastSeen(i, causal)
 		}
-		gs.write, gs.table, gs.meta = f.Int32s(slots, N), f.Int32s(table, R, mb), f.Int32s(meta, N, 3)
+		gs.write, gs.table, gs.meta = f.Int32s(slots, N), table, f.Int32s(meta, N, 3)
 		return gs
 	}
 	// Decode rows form one part and prefill rows another, so a long chunk
@@ -372,10 +366,13 @@ func (b *Batch) step(gi int, causal bool) *groupStep {
 			continue
 		}
 		var part opsPart
-		if b.p.paged && len(b.rows[rows[0]].Tokens) == 1 && !b.loneRun(gi, rows) {
-			part = b.pagedPart(gi, rows, causal)
-		} else {
+		paged := b.p.paged && len(b.rows[rows[0]].Tokens) == 1
+		if !paged || len(rows) == 1 {
 			part = b.opsPart(gi, rows, causal)
+		}
+		// The kernel, unless a lone row's keys are a view of the pool.
+		if paged && (len(rows) > 1 || part.from < 0) {
+			part = b.pagedPart(gi, rows, causal)
 		}
 		for j, r := range rows {
 			for t := range b.rows[r].Tokens {
@@ -475,51 +472,42 @@ func (b *Batch) opsPart(gi int, rows []int, causal bool) opsPart {
 	return part
 }
 
-// loneRun reports whether rows is one row whose keys in group gi lie in
-// consecutive slots, which the MLX-ops path reads as a view of the pool.
-func (b *Batch) loneRun(gi int, rows []int) bool {
-	if len(rows) != 1 {
-		return false
-	}
-	s := b.rows[rows[0]].Seq
-	lo, hi := b.keyRange(rows[0], b.p.groups[gi].window)
-	first := s.slot(gi, lo)
-	for pos := lo + 1; pos <= hi; pos++ {
-		if s.slot(gi, pos) != first+int32(pos-lo) {
-			return false
-		}
-	}
-	return true
-}
-
 // pagedPart lays out single-token rows of group gi for the CUDA paged
 // decode kernel: each row's block table and each query's (row, position,
 // last visible position).
 func (b *Batch) pagedPart(gi int, rows []int, causal bool) opsPart {
 	f := b.f
-	part := opsPart{R: len(rows), Tq: 1, paged: true, from: -1}
+	part := opsPart{R: len(rows), Tq: 1, paged: true, from: -1, table: b.blockTable(gi, rows)}
+	meta := make([]int32, 3*len(rows))
+	qIdx := make([]int32, len(rows))
+	for j, r := range rows {
+		i := b.start[r]
+		meta[3*j], meta[3*j+1], meta[3*j+2] = int32(j), b.Positions[i], b.lastSeen(i, causal)
+		qIdx[j] = int32(i)
+	}
+	part.meta = f.Int32s(meta, len(rows), 3)
+	if len(qIdx) != len(b.Tokens) || !isRun(qIdx, 0) {
+		part.qIdx = f.Int32s(qIdx, len(rows))
+	}
+	return part
+}
+
+// blockTable is the block tables of rows in group gi as one [len(rows),
+// MB] array, shorter tables padded with -1.
+func (b *Batch) blockTable(gi int, rows []int) mlx.Array {
 	mb := 1
 	for _, r := range rows {
 		mb = max(mb, len(b.rows[r].Seq.tab[gi]))
 	}
 	table := make([]int32, len(rows)*mb)
-	meta := make([]int32, 3*len(rows))
-	qIdx := make([]int32, len(rows))
 	for j, r := range rows {
 		t := b.rows[r].Seq.tab[gi]
 		copy(table[j*mb:], t)
 		for k := len(t); k < mb; k++ {
 			table[j*mb+k] = -1
 		}
-		i := b.start[r]
-		meta[3*j], meta[3*j+1], meta[3*j+2] = int32(j), b.Positions[i], b.lastSeen(i, causal)
-		qIdx[j] = int32(i)
 	}
-	part.table, part.meta = f.Int32s(table, len(rows), mb), f.Int32s(meta, len(rows), 3)
-	if len(qIdx) != len(b.Tokens) || !isRun(qIdx, 0) {
-		part.qIdx = f.Int32s(qIdx, len(rows))
-	}
-	return part
+	return b.f.Int32s(table, len(rows), mb)
 }
 
 // isRun reports whether xs is from, from+1, from+2, ...

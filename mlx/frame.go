@@ -100,11 +100,15 @@ func (f *Frame) op(name string, call func(res *C.mlx_array) C.int, inputs ...Arr
 }
 
 // Eval evaluates arrays, recording any error on the frame.
-func (f *Frame) Eval(arrays ...Array) error {
+func (f *Frame) Eval(arrays ...Array) error { return f.eval(Eval, arrays) }
+
+// eval runs one of the package's evaluations on arrays unless the frame
+// has failed, and keeps its error.
+func (f *Frame) eval(run func(...Array) error, arrays []Array) error {
 	if f.err != nil {
 		return f.err
 	}
-	if err := Eval(arrays...); err != nil {
+	if err := run(arrays...); err != nil {
 		f.err = err
 	}
 	return f.err
@@ -112,27 +116,11 @@ func (f *Frame) Eval(arrays ...Array) error {
 
 // EvalStepwise evaluates arrays one primitive at a time (see
 // EvalStepwise) unless the frame has failed.
-func (f *Frame) EvalStepwise(arrays ...Array) error {
-	if f.err != nil {
-		return f.err
-	}
-	if err := EvalStepwise(arrays...); err != nil {
-		f.err = err
-	}
-	return f.err
-}
+func (f *Frame) EvalStepwise(arrays ...Array) error { return f.eval(EvalStepwise, arrays) }
 
 // AsyncEval queues the evaluation of arrays (see AsyncEval) unless the
 // frame has failed.
-func (f *Frame) AsyncEval(arrays ...Array) error {
-	if f.err != nil {
-		return f.err
-	}
-	if err := AsyncEval(arrays...); err != nil {
-		f.err = err
-	}
-	return f.err
-}
+func (f *Frame) AsyncEval(arrays ...Array) error { return f.eval(AsyncEval, arrays) }
 
 // Scalar returns a frame-owned float32 scalar.
 func (f *Frame) Scalar(v float32) Array { return f.Track(Scalar(v)) }
