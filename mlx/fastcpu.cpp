@@ -978,6 +978,406 @@ bool use_mlx_kernel() {
   return v;
 }
 
+// ---------------------------------------------------------------------------
+// Packed integer kernel (AffineLinearPacked). The integer kernel above
+// turns every 64-element dot product into float (convert, two multiplies)
+// before the next: per 64 products, one VNNI instruction and three float
+// ones, so it runs at a quarter of the processor's integer rate. Here the
+// weights are repacked once at load so that the 16 lanes of a register
+// hold 16 different blocks of 32 elements, four consecutive elements each:
+// eight VNNI steps finish all 32 elements of 16 blocks in integers, and
+// one conversion and two fused multiply-adds per 16 blocks apply the
+// scales and biases. A row's blocks go in spans of 16; the rest (always an
+// even number, k being whole chunks of 64) go in pairs, each pair one
+// register laid out as the integer kernel's chunks.
+//
+// Packed layout of one output row (k elements, blocks of 32):
+//   span g (blocks 16g .. 16g+15), 4-bit: 256 bytes, four words of 64;
+//     byte 64u + 4L + j holds element 8u + j of block 16g+L in its low
+//     nibble and element 8u + 4 + j in its high nibble (the low nibbles of
+//     word u are VNNI step 2u, the high ones step 2u+1; step s covers
+//     elements 4s .. 4s+3 of every block);
+//   span g, 8-bit: 512 bytes, byte 64s + 4L + j = element 4s + j of block
+//     16g+L;
+//   pair p (blocks b, b+1 after the spans), 4-bit: 32 bytes, byte 16h + i
+//     holds element i of block b+h low and element 16+i high; 8-bit: 64
+//     bytes, the two blocks in order.
+// Scales and biases are one per block ([n, k/32], a group's repeated for
+// every block in it), in the checkpoint's float type. The activations are
+// quantized per block of 32 as in the integer kernel (the same values) and
+// laid out in the same order as the weights.
+
+// packed_at is where element e of a packed row lives: its byte and the
+// shift of its value in that byte.
+inline void packed_at(int k, int bits, int e, size_t& byte, int& shift) {
+  const int blocks = k / 32, spans = blocks / 16;
+  const int b = e / 32, i = e % 32;
+  shift = 0;
+  if (b < 16 * spans) {
+    const int g = b / 16, L = b % 16, s = i / 4, j = i % 4;
+    if (bits == 4) {
+      byte = static_cast<size_t>(g) * 256 + (s / 2) * 64 + 4 * L + j;
+      shift = (s % 2) * 4;
+    } else {
+      byte = static_cast<size_t>(g) * 512 + s * 64 + 4 * L + j;
+    }
+    return;
+  }
+  const int p = (b - 16 * spans) / 2, h = (b - 16 * spans) % 2;
+  if (bits == 4) {
+    byte = static_cast<size_t>(spans) * 256 + p * 32 + 16 * h + i % 16;
+    shift = (i / 16) * 4;
+  } else {
+    byte = static_cast<size_t>(spans) * 512 + p * 64 + 32 * h + i;
+  }
+}
+
+// pack_rows packs rows [n0, n1) of MLX-layout weights w (k*bits/32 words a
+// row, element e at bits (e % (32/bits))*bits of word e / (32/bits)).
+void pack_rows(const uint32_t* w, int k, int bits, int n0, int n1, uint8_t* out) {
+  const int per = 32 / bits, words = k / per;
+  const uint32_t mask = (1u << bits) - 1;
+  const size_t rb = static_cast<size_t>(k) * bits / 8;
+  std::vector<size_t> byte(k);
+  std::vector<int> shift(k);
+  for (int e = 0; e < k; e++) {
+    packed_at(k, bits, e, byte[e], shift[e]);
+  }
+  for (int n = n0; n < n1; n++) {
+    const uint32_t* src = w + static_cast<size_t>(n) * words;
+    uint8_t* dst = out + static_cast<size_t>(n) * rb;
+    std::memset(dst, 0, rb);
+    for (int e = 0; e < k; e++) {
+      const uint32_t q = (src[e / per] >> ((e % per) * bits)) & mask;
+      dst[byte[e]] |= static_cast<uint8_t>(q << shift[e]);
+    }
+  }
+}
+
+// PJob is one call of the packed kernel.
+struct PJob {
+  const float* x;  // [m, k]
+  int m, k, n, bits;
+  const uint8_t* w;  // [n, k*bits/8], packed
+  const void* scales;  // [n, k/32]
+  const void* biases;
+  float* out;  // [m, n]
+};
+
+// PQ8 is a call's quantized activations in the packed order: values [m,
+// k]; per block its scale d and d*sum(q), [m, bp] each (bp: blocks padded
+// to 16, the padding zero).
+struct PQ8 {
+  std::vector<int8_t> xq;
+  std::vector<float> d, dsx;
+  int bp = 0;
+};
+
+#if PROVIDER_X86
+
+// pq8_prepare512 quantizes activation rows [r0, r1) of j.x into q, each
+// block of 32 as q8_prepare does (the same maxima, float products,
+// round-half-even conversion and integer sums), its bytes in the packed
+// order.
+PROVIDER_VNNI void pq8_prepare512(const PJob& j, PQ8& q, int r0, int r1) {
+  const int blocks = j.k / 32, spans = blocks / 16;
+  const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+  for (int r = r0; r < r1; r++) {
+    const float* x = j.x + static_cast<size_t>(r) * j.k;
+    int8_t* xq = q.xq.data() + static_cast<size_t>(r) * j.k;
+    float* d = q.d.data() + static_cast<size_t>(r) * q.bp;
+    float* dsx = q.dsx.data() + static_cast<size_t>(r) * q.bp;
+    for (int b = 0; b < blocks; b++) {
+      const __m512 a0 = _mm512_loadu_ps(x + b * 32), a1 = _mm512_loadu_ps(x + b * 32 + 16);
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a0), _mm512_abs_ps(a1)));
+      const float inv = amax > 0 ? 127.0f / amax : 0.0f;
+      const __m512 vi = _mm512_set1_ps(inv);
+      const __m512i q0 = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(a0, vi)), lo), hi);
+      const __m512i q1 = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(a1, vi)), lo), hi);
+      const int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+      alignas(64) int8_t t[32];
+      _mm_store_si128(reinterpret_cast<__m128i*>(t), _mm512_cvtsepi32_epi8(q0));
+      _mm_store_si128(reinterpret_cast<__m128i*>(t + 16), _mm512_cvtsepi32_epi8(q1));
+      if (b < 16 * spans) {
+        int8_t* o = xq + (b / 16) * 512 + 4 * (b % 16);
+        for (int s = 0; s < 8; s++) {
+          std::memcpy(o + 64 * s, t + 4 * s, 4);
+        }
+      } else {
+        const int p = (b - 16 * spans) / 2, h = (b - 16 * spans) % 2;
+        int8_t* o = xq + spans * 512 + p * 64;
+        if (j.bits == 4) {
+          std::memcpy(o + 16 * h, t, 16);
+          std::memcpy(o + 32 + 16 * h, t + 16, 16);
+        } else {
+          std::memcpy(o + 32 * h, t, 32);
+        }
+      }
+      d[b] = amax / 127.0f;
+      dsx[b] = d[b] * static_cast<float>(sum);
+    }
+    for (int b = blocks; b < q.bp; b++) {
+      d[b] = dsx[b] = 0;
+    }
+  }
+}
+
+// pk_tile computes outputs n .. n+NW-1 for activation rows r0 .. r0+M-1.
+// Per output and row, one float accumulator takes, span by span, the
+// span's integer dot products times scale*d, then its bias terms; then
+// pair by pair the same; then it is reduced. The order is the same for
+// every tile shape, batch and thread split.
+template <typename S, int BITS, int M, int NW>
+PROVIDER_VNNI void pk_tile(const PJob& j, const PQ8& q, int r0, int n) {
+  const int blocks = j.k / 32, spans = blocks / 16, pairs = (blocks - 16 * spans) / 2;
+  const size_t rb = static_cast<size_t>(j.k) * BITS / 8;
+  const uint8_t* w = j.w + static_cast<size_t>(n) * rb;
+  const S* sc = static_cast<const S*>(j.scales) + static_cast<size_t>(n) * blocks;
+  const S* bi = static_cast<const S*>(j.biases) + static_cast<size_t>(n) * blocks;
+  const int8_t* xq = q.xq.data() + static_cast<size_t>(r0) * j.k;
+  const float* dr = q.d.data() + static_cast<size_t>(r0) * q.bp;
+  const float* sr = q.dsx.data() + static_cast<size_t>(r0) * q.bp;
+  __m512 acc[NW][M];
+  #pragma GCC unroll 16
+  for (int i = 0; i < NW; i++) {
+    #pragma GCC unroll 16
+    for (int r = 0; r < M; r++) {
+      acc[i][r] = _mm512_setzero_ps();
+    }
+  }
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  for (int g = 0; g < spans; g++) {
+    __m512i ia[NW][M];
+    #pragma GCC unroll 16
+    for (int i = 0; i < NW; i++) {
+      #pragma GCC unroll 16
+      for (int r = 0; r < M; r++) {
+        ia[i][r] = _mm512_setzero_si512();
+      }
+    }
+    if constexpr (BITS == 4) {
+      #pragma GCC unroll 8
+      for (int u = 0; u < 4; u++) {
+        __m512i lo[NW], hi[NW];
+        #pragma GCC unroll 16
+        for (int i = 0; i < NW; i++) {
+          const __m512i raw = _mm512_loadu_si512(w + i * rb + g * 256 + u * 64);
+          lo[i] = _mm512_and_si512(raw, m4);
+          hi[i] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+        }
+        #pragma GCC unroll 16
+        for (int r = 0; r < M; r++) {
+          const int8_t* xr = xq + static_cast<size_t>(r) * j.k + g * 512 + u * 128;
+          const __m512i x0 = _mm512_loadu_si512(xr);
+          const __m512i x1 = _mm512_loadu_si512(xr + 64);
+          #pragma GCC unroll 16
+          for (int i = 0; i < NW; i++) {
+            ia[i][r] = _mm512_dpbusd_epi32(ia[i][r], lo[i], x0);
+            ia[i][r] = _mm512_dpbusd_epi32(ia[i][r], hi[i], x1);
+          }
+        }
+      }
+    } else {
+      #pragma GCC unroll 8
+      for (int s = 0; s < 8; s++) {
+        __m512i wv[NW];
+        #pragma GCC unroll 16
+        for (int i = 0; i < NW; i++) {
+          wv[i] = _mm512_loadu_si512(w + i * rb + g * 512 + s * 64);
+        }
+        #pragma GCC unroll 16
+        for (int r = 0; r < M; r++) {
+          const __m512i x = _mm512_loadu_si512(xq + static_cast<size_t>(r) * j.k + g * 512 + s * 64);
+          #pragma GCC unroll 16
+          for (int i = 0; i < NW; i++) {
+            ia[i][r] = _mm512_dpbusd_epi32(ia[i][r], wv[i], x);
+          }
+        }
+      }
+    }
+    __m512 sv[NW], bv[NW];
+    #pragma GCC unroll 16
+    for (int i = 0; i < NW; i++) {
+      sv[i] = q8_groups<S>(sc + static_cast<size_t>(i) * blocks + 16 * g, 16);
+      bv[i] = q8_groups<S>(bi + static_cast<size_t>(i) * blocks + 16 * g, 16);
+    }
+    #pragma GCC unroll 16
+    for (int r = 0; r < M; r++) {
+      const __m512 d = _mm512_loadu_ps(dr + static_cast<size_t>(r) * q.bp + 16 * g);
+      const __m512 ds = _mm512_loadu_ps(sr + static_cast<size_t>(r) * q.bp + 16 * g);
+      #pragma GCC unroll 16
+      for (int i = 0; i < NW; i++) {
+        acc[i][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[i][r]), _mm512_mul_ps(sv[i], d), acc[i][r]);
+        acc[i][r] = _mm512_fmadd_ps(bv[i], ds, acc[i][r]);
+      }
+    }
+  }
+  // A pair's lanes: 4-bit, lanes 0-3 and 8-11 block b, the rest b+1;
+  // 8-bit, lanes 0-7 block b, 8-15 b+1.
+  const __m512i pattern = BITS == 4 ? _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1)
+                                    : _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  for (int p = 0; p < pairs; p++) {
+    const int b = 16 * spans + 2 * p;
+    __m512i wv[NW];
+    __m512 sv[NW], bv[NW];
+    #pragma GCC unroll 16
+    for (int i = 0; i < NW; i++) {
+      if constexpr (BITS == 4) {
+        const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i * rb + spans * 256 + p * 32));
+        const __m256i l4 = _mm256_set1_epi8(0x0F);
+        wv[i] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(raw, l4)),
+                                   _mm256_and_si256(_mm256_srli_epi16(raw, 4), l4), 1);
+      } else {
+        wv[i] = _mm512_loadu_si512(w + i * rb + spans * 512 + p * 64);
+      }
+      sv[i] = _mm512_permutexvar_ps(pattern, q8_groups<S>(sc + static_cast<size_t>(i) * blocks + b, 2));
+      bv[i] = q8_groups<S>(bi + static_cast<size_t>(i) * blocks + b, 2);
+    }
+    #pragma GCC unroll 16
+    for (int r = 0; r < M; r++) {
+      const __m512i x = _mm512_loadu_si512(xq + static_cast<size_t>(r) * j.k + spans * 512 + p * 64);
+      const __m512 d = _mm512_permutexvar_ps(pattern, _mm512_maskz_loadu_ps(0x3, dr + static_cast<size_t>(r) * q.bp + b));
+      const __m512 ds = _mm512_maskz_loadu_ps(0x3, sr + static_cast<size_t>(r) * q.bp + b);
+      #pragma GCC unroll 16
+      for (int i = 0; i < NW; i++) {
+        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[i], x);
+        acc[i][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(sv[i], d), acc[i][r]);
+        acc[i][r] = _mm512_fmadd_ps(bv[i], ds, acc[i][r]);
+      }
+    }
+  }
+  #pragma GCC unroll 16
+  for (int i = 0; i < NW; i++) {
+    #pragma GCC unroll 16
+    for (int r = 0; r < M; r++) {
+      j.out[static_cast<size_t>(r0 + r) * j.n + n + i] = hsum512(acc[i][r]);
+    }
+  }
+}
+
+// pk_rows computes outputs [n0, n1) for every activation row: four
+// outputs (the last one or two: fewer) by up to four rows, rows in blocks of 32 so that a block's
+// activations stay in the first-level cache while the outputs' weights
+// pass over them.
+template <typename S, int BITS>
+PROVIDER_VNNI void pk_rows(const PJob& j, const PQ8& q, int n0, int n1) {
+  const size_t rb = static_cast<size_t>(j.k) * BITS / 8;
+  const int blocks = j.k / 32;
+  for (int rb0 = 0; rb0 < j.m; rb0 += 32) {
+    const int rb1 = std::min(j.m, rb0 + 32);
+    for (int n = n0; n < n1;) {
+      const int nw = n1 - n >= 4 ? 4 : std::min(2, n1 - n);
+      if (rb0 == 0 && n + nw < n1) {
+        // The next tile's weights and block parameters.
+        const size_t ahead = static_cast<size_t>(n + nw);
+        const int next = std::min(nw, n1 - n - nw);
+        prefetch_row(j.w + ahead * rb, static_cast<int>(next * rb),
+                     static_cast<const S*>(j.scales) + ahead * blocks, static_cast<const S*>(j.biases) + ahead * blocks,
+                     next * blocks * static_cast<int>(sizeof(S)));
+      }
+      for (int r0 = rb0; r0 < rb1; r0 += 4) {
+        const int m = std::min(4, rb1 - r0);
+#define PROVIDER_PK(M, NW) pk_tile<S, BITS, M, NW>(j, q, r0, n)
+        if (nw == 4) {
+          switch (m) {
+            case 1: PROVIDER_PK(1, 4); break;
+            case 2: PROVIDER_PK(2, 4); break;
+            case 3: PROVIDER_PK(3, 4); break;
+            default: PROVIDER_PK(4, 4); break;
+          }
+        } else if (nw == 2) {
+          switch (m) {
+            case 1: PROVIDER_PK(1, 2); break;
+            case 2: PROVIDER_PK(2, 2); break;
+            case 3: PROVIDER_PK(3, 2); break;
+            default: PROVIDER_PK(4, 2); break;
+          }
+        } else {
+          switch (m) {
+            case 1: PROVIDER_PK(1, 1); break;
+            case 2: PROVIDER_PK(2, 1); break;
+            case 3: PROVIDER_PK(3, 1); break;
+            default: PROVIDER_PK(4, 1); break;
+          }
+        }
+#undef PROVIDER_PK
+      }
+      n += nw;
+    }
+  }
+}
+
+#endif  // PROVIDER_X86
+
+// packed_ok reports whether the packed kernel can take weights of k
+// inputs at bits on this processor.
+bool packed_ok(int k, int bits) {
+#if PROVIDER_X86
+  return have_vnni() && (bits == 4 || bits == 8) && k > 0 && k % 64 == 0;
+#else
+  (void)k;
+  (void)bits;
+  return false;
+#endif
+}
+
+// run_packed runs a packed job over the pool (the caller checked
+// packed_ok).
+template <typename S>
+void run_packed(const PJob& j) {
+#if PROVIDER_X86
+  PQ8 q;
+  q.bp = (j.k / 32 + 15) / 16 * 16;
+  q.xq.resize(static_cast<size_t>(j.m) * j.k);
+  q.d.resize(static_cast<size_t>(j.m) * q.bp);
+  q.dsx.resize(static_cast<size_t>(j.m) * q.bp);
+  const int prep = std::max(1, std::min(j.m, Pool::get().threads() * 4));
+  const int per = (j.m + prep - 1) / prep;
+  Pool::get().run(prep, [&](int t) { pq8_prepare512(j, q, t * per, std::min(j.m, (t + 1) * per)); });
+  const int chunk = std::max(2, std::min(16, j.n / (8 * Pool::get().threads())) / 2 * 2);
+  const int tasks = (j.n + chunk - 1) / chunk;
+  Pool::get().run(tasks, [&](int t) {
+    const int n0 = t * chunk;
+    const int n1 = std::min(j.n, n0 + chunk);
+    j.bits == 4 ? pk_rows<S, 4>(j, q, n0, n1) : pk_rows<S, 8>(j, q, n0, n1);
+  });
+#else
+  (void)j;
+#endif
+}
+
+// packed_embed dequantizes packed rows ids[0..count) into out ([count, k])
+// the way MLX's dequantize does: s * q + b in the scales' type.
+template <typename S>
+void packed_embed(const int32_t* ids, size_t count, int rows, const uint8_t* w, const S* sc, const S* bi, int k,
+                  int bits, S* out) {
+  const size_t rb = static_cast<size_t>(k) * bits / 8;
+  const int blocks = k / 32;
+  std::vector<size_t> byte(k);
+  std::vector<int> shift(k);
+  for (int e = 0; e < k; e++) {
+    packed_at(k, bits, e, byte[e], shift[e]);
+  }
+  const uint32_t mask = (1u << bits) - 1;
+  for (size_t t = 0; t < count; t++) {
+    const int id = ids[t];
+    S* o = out + t * k;
+    if (id < 0 || id >= rows) {
+      // Callers check ids first; a bad one reads as zeros, never out of
+      // bounds (this runs on the stream's worker, which cannot throw).
+      std::fill(o, o + k, static_cast<S>(0.0f));
+      continue;
+    }
+    const uint8_t* row = w + static_cast<size_t>(id) * rb;
+    const S* s = sc + static_cast<size_t>(id) * blocks;
+    const S* b = bi + static_cast<size_t>(id) * blocks;
+    for (int e = 0; e < k; e++) {
+      const S q = static_cast<S>(static_cast<float>((row[byte[e]] >> shift[e]) & mask));
+      o[e] = s[e / 32] * q + b[e / 32];
+    }
+  }
+}
+
 
 // ---------------------------------------------------------------------------
 // Small fused ops. MLX's CPU backend evaluates fast::rms_norm, fast::rope
@@ -1175,6 +1575,51 @@ void accumulate(float* acc, int hpt, int D, const float* vpool, const size_t* at
     for (int j = 0; j < hpt; j++) {
       axpy(acc + static_cast<size_t>(j) * D, sc[static_cast<size_t>(j) * n + x], vpool + at[x], 1, D);
     }
+  }
+}
+
+// swiglu_range computes out[i] = g[i] / (1 + exp(-g[i])) * u[i] for i in
+// [i0, i1): with AVX-512, every element by the same masked vector code (a
+// degree-6 polynomial exp, within 2 ulp), so an element's value depends on
+// its inputs only; else with the C library's exp.
+#if PROVIDER_X86
+PROVIDER_AVX512 inline __m512 exp512(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-88.0f)), _mm512_set1_ps(88.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(y, n);
+}
+
+PROVIDER_AVX512 void swiglu512(const float* g, const float* u, size_t i0, size_t i1, float* out) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (size_t i = i0; i < i1; i += 16) {
+    const __mmask16 m = i1 - i >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (i1 - i)) - 1);
+    const __m512 gv = _mm512_maskz_loadu_ps(m, g + i);
+    const __m512 uv = _mm512_maskz_loadu_ps(m, u + i);
+    const __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), gv));
+    _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(_mm512_div_ps(gv, _mm512_add_ps(one, e)), uv));
+  }
+}
+#endif
+
+void swiglu_range(const float* g, const float* u, size_t i0, size_t i1, float* out) {
+#if PROVIDER_X86
+  if (have_avx512()) {
+    swiglu512(g, u, i0, i1, out);
+    return;
+  }
+#endif
+  for (size_t i = i0; i < i1; i++) {
+    out[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
   }
 }
 
@@ -1444,6 +1889,30 @@ int mlx_fast_cpu_rms_norm(mlx_array* res, const mlx_array x, const mlx_array wei
   });
 }
 
+int mlx_fast_cpu_swiglu(mlx_array* res, const mlx_array g, const mlx_array u, const mlx_stream s) {
+  return guard([&] {
+    const mx::Stream st = *static_cast<mx::Stream*>(s.ctx);
+    const mx::array &ga = arr(g), &ua = arr(u);
+    if (!on_cpu(st) || ga.dtype() != mx::float32 || ua.dtype() != mx::float32 || ga.shape() != ua.shape()) {
+      set(res, mx::multiply(mx::multiply(ga, mx::sigmoid(ga, st), st), ua, st));
+      return;
+    }
+    set(res, mx::array(ga.shape(), mx::float32,
+                       std::make_shared<HostOp>(st, "FastSwiGLU",
+                                                [](const std::vector<mx::array>& in, mx::array& out) {
+                                                  const size_t n = out.size();
+                                                  const size_t chunk = 1 << 14;
+                                                  const int tasks = static_cast<int>((n + chunk - 1) / chunk);
+                                                  const float *g = in[0].data<float>(), *u = in[1].data<float>();
+                                                  float* o = out.data<float>();
+                                                  run_tasks(tasks, n, [&](int t) {
+                                                    swiglu_range(g, u, t * chunk, std::min(n, (t + 1) * chunk), o);
+                                                  });
+                                                }),
+                       {rowc(ga, st), rowc(ua, st)}));
+  });
+}
+
 int mlx_fast_cpu_rope(mlx_array* res, const mlx_array x, int dims, bool traditional, mlx_optional_float base,
                       float scale, int offset, const mlx_array offsets, const mlx_array freqs, const mlx_stream s) {
   return guard([&] {
@@ -1583,6 +2052,135 @@ int mlx_fast_affine_linear_q8(mlx_array* res, const mlx_array x, const mlx_array
                               const mlx_array biases, int group_size, int bits, const mlx_stream s) {
   return affine_linear(res, x, w, scales, biases, group_size, bits, true, s);
 }
+
+// packed_params checks packed weights for x of k inputs and returns n.
+static int packed_params(const mx::array& wp, const mx::array& sp, const mx::array& bp, int k, int bits) {
+  if (!packed_ok(k, bits) || wp.ndim() != 2 || wp.dtype() != mx::uint8 ||
+      wp.shape(1) != static_cast<int64_t>(k) * bits / 8 || sp.ndim() != 2 || sp.shape(0) != wp.shape(0) ||
+      sp.shape(1) != k / 32 || sp.shape() != bp.shape() || sp.dtype() != bp.dtype() ||
+      (sp.dtype() != mx::float32 && sp.dtype() != mx::float16 && sp.dtype() != mx::bfloat16)) {
+    throw std::invalid_argument("affine_linear_packed: weights are not packed for this input length and bit width");
+  }
+  return wp.shape(0);
+}
+
+int mlx_fast_pack_q8(mlx_array* wp, mlx_array* sp, mlx_array* bp, const mlx_array w, const mlx_array scales,
+                     const mlx_array biases, int group_size, int bits, const mlx_stream s) {
+  return guard([&] {
+    const mx::Stream st = *static_cast<mx::Stream*>(s.ctx);
+    const mx::array &wa = arr(w), &sa = arr(scales), &ba = arr(biases);
+    if (st.device != mx::Device::cpu || wa.ndim() != 2 || wa.dtype() != mx::uint32 || sa.ndim() != 2 ||
+        sa.shape() != ba.shape() || sa.dtype() != ba.dtype() || sa.shape(0) != wa.shape(0) ||
+        (sa.dtype() != mx::float32 && sa.dtype() != mx::float16 && sa.dtype() != mx::bfloat16) ||
+        group_size % 32 != 0 || group_size <= 0) {
+      throw std::invalid_argument("pack_q8: needs 2-D affine weights with groups of a multiple of 32 on the CPU");
+    }
+    const int n = wa.shape(0);
+    const int k = static_cast<int>(wa.shape(1)) * 32 / bits;
+    if (!packed_ok(k, bits) || sa.shape(1) * group_size != k) {
+      throw std::invalid_argument("pack_q8: this processor or shape does not take the packed kernel");
+    }
+    mx::array wc = rowc(wa, st), sc = rowc(sa, st), bc = rowc(ba, st);
+    mx::eval({wc, sc, bc});
+    const size_t rb = static_cast<size_t>(k) * bits / 8;
+    mx::array wo(mx::allocator::malloc(rb * n), {n, static_cast<int>(rb)}, mx::uint8);
+    const int blocks = k / 32, per = group_size / 32;
+    const size_t es = mx::size_of(sa.dtype());
+    mx::array so(mx::allocator::malloc(es * blocks * n), {n, blocks}, sa.dtype());
+    mx::array bo(mx::allocator::malloc(es * blocks * n), {n, blocks}, sa.dtype());
+    const uint32_t* src = wc.data<uint32_t>();
+    uint8_t* dst = wo.data<uint8_t>();
+    const int groups = k / group_size;
+    const char *s_in = sc.data<char>(), *b_in = bc.data<char>();
+    char *s_out = so.data<char>(), *b_out = bo.data<char>();
+    const int chunk = 64;
+    Pool::get().run((n + chunk - 1) / chunk, [&](int t) {
+      const int n0 = t * chunk, n1 = std::min(n, n0 + chunk);
+      pack_rows(src, k, bits, n0, n1, dst);
+      for (int r = n0; r < n1; r++) {
+        for (int b = 0; b < blocks; b++) {
+          const size_t from = (static_cast<size_t>(r) * groups + b / per) * es;
+          const size_t to = (static_cast<size_t>(r) * blocks + b) * es;
+          std::memcpy(s_out + to, s_in + from, es);
+          std::memcpy(b_out + to, b_in + from, es);
+        }
+      }
+    });
+    set(wp, wo);
+    set(sp, so);
+    set(bp, bo);
+  });
+}
+
+int mlx_fast_affine_linear_packed(mlx_array* res, const mlx_array x, const mlx_array w, const mlx_array scales,
+                                  const mlx_array biases, int bits, const mlx_stream s) {
+  return guard([&] {
+    const mx::Stream st = *static_cast<mx::Stream*>(s.ctx);
+    const mx::array &xa = arr(x), &wa = arr(w), &sa = arr(scales), &ba = arr(biases);
+    if (st.device != mx::Device::cpu || xa.ndim() < 1) {
+      throw std::invalid_argument("affine_linear_packed: runs on the CPU only");
+    }
+    const int k = xa.shape(-1);
+    const int n = packed_params(wa, sa, ba, k, bits);
+    mx::Shape shape = xa.shape();
+    shape.back() = n;
+    const mx::Dtype out_type = xa.dtype();
+    std::vector<mx::array> in{rowc(mx::astype(xa, mx::float32, st), st), rowc(wa, st), rowc(sa, st), rowc(ba, st)};
+    const mx::Dtype sd = sa.dtype();
+    auto fn = [k, n, bits, sd](const std::vector<mx::array>& in, mx::array& out) {
+      PJob j{in[0].data<float>(), static_cast<int>(rows_of(in[0])), k, n, bits, in[1].data<uint8_t>(),
+             in[2].data<void>(), in[3].data<void>(), out.data<float>()};
+      if (j.m == 0) {
+        return;
+      }
+      if (sd == mx::float32) {
+        run_packed<float>(j);
+      } else if (sd == mx::float16) {
+        run_packed<mx::float16_t>(j);
+      } else {
+        run_packed<mx::bfloat16_t>(j);
+      }
+    };
+    mx::array y(std::move(shape), mx::float32, std::make_shared<HostOp>(st, "FastAffineLinearPacked", std::move(fn)),
+                std::move(in));
+    set(res, out_type == mx::float32 ? y : mx::astype(y, out_type, st));
+  });
+}
+
+int mlx_fast_packed_embed(mlx_array* res, const mlx_array ids, const mlx_array w, const mlx_array scales,
+                          const mlx_array biases, int bits, const mlx_stream s) {
+  return guard([&] {
+    const mx::Stream st = *static_cast<mx::Stream*>(s.ctx);
+    const mx::array &ia = arr(ids), &wa = arr(w), &sa = arr(scales), &ba = arr(biases);
+    if (st.device != mx::Device::cpu || wa.ndim() != 2) {
+      throw std::invalid_argument("packed_embed: runs on the CPU only");
+    }
+    const int k = static_cast<int>(wa.shape(1)) * 8 / bits;
+    const int rows = packed_params(wa, sa, ba, k, bits);
+    mx::Shape shape = ia.shape();
+    shape.push_back(k);
+    std::vector<mx::array> in{rowc(mx::astype(ia, mx::int32, st), st), rowc(wa, st), rowc(sa, st), rowc(ba, st)};
+    const mx::Dtype sd = sa.dtype();
+    auto fn = [k, bits, rows, sd](const std::vector<mx::array>& in, mx::array& out) {
+      const int32_t* id = in[0].data<int32_t>();
+      const size_t count = in[0].size();
+      const uint8_t* w = in[1].data<uint8_t>();
+      if (sd == mx::float32) {
+        packed_embed<float>(id, count, rows, w, in[2].data<float>(), in[3].data<float>(), k, bits, out.data<float>());
+      } else if (sd == mx::float16) {
+        packed_embed<mx::float16_t>(id, count, rows, w, in[2].data<mx::float16_t>(), in[3].data<mx::float16_t>(), k,
+                                    bits, out.data<mx::float16_t>());
+      } else {
+        packed_embed<mx::bfloat16_t>(id, count, rows, w, in[2].data<mx::bfloat16_t>(), in[3].data<mx::bfloat16_t>(),
+                                     k, bits, out.data<mx::bfloat16_t>());
+      }
+    };
+    set(res, mx::array(std::move(shape), sd, std::make_shared<HostOp>(st, "PackedEmbed", std::move(fn)),
+                       std::move(in)));
+  });
+}
+
+int mlx_fast_packed_ok(int k, int bits) { return packed_ok(k, bits) ? 1 : 0; }
 
 // float_dtype maps the pool dtypes.
 static mx::Dtype float_dtype(mlx_dtype d) {

@@ -122,3 +122,44 @@ func CPUThreads() int { return int(C.mlx_fast_cpu_threads_in_use()) }
 
 // Version is the version of the MLX library the binary runs on.
 func Version() string { return C.GoString(C.mlx_fast_version()) }
+
+// PackedQ8 reports whether PackQ8 takes weights of k inputs at bits on
+// this processor: AVX-512 VNNI, 4- or 8-bit weights, k whole chunks of 64.
+func PackedQ8(k, bits int) bool { return C.mlx_fast_packed_ok(C.int(k), C.int(bits)) == 1 }
+
+// PackQ8 repacks 2-D affine quantized weights (groups a multiple of 32)
+// for AffineLinearPacked, now, on CPU stream s: w as uint8 [n, k*bits/8]
+// in the kernel's order, scales and biases as one per block of 32 inputs
+// [n, k/32] (a group's repeated), in their type. The results are
+// caller-owned; the inputs stay the caller's.
+func PackQ8(s Stream, w, scales, biases Array, groupSize, bits int) (pw, ps, pb Array, err error) {
+	pw, ps, pb = Array{C.mlx_array_new()}, Array{C.mlx_array_new()}, Array{C.mlx_array_new()}
+	if C.mlx_fast_pack_q8(&pw.c, &ps.c, &pb.c, w.c, scales.c, biases.c, C.int(groupSize), C.int(bits), s.c) != 0 {
+		pw.Free()
+		ps.Free()
+		pb.Free()
+		return Array{}, Array{}, Array{}, lastError("pack_q8")
+	}
+	return pw, ps, pb, nil
+}
+
+// AffineLinearPacked is AffineLinearQ8 over weights PackQ8 repacked: the
+// same 8-bit activation blocks, with each block's integer products summed
+// before any float arithmetic (16 blocks to a register), several times
+// fewer instructions per product. Each output is the same float whatever
+// the batch and thread split (not the same float as AffineLinearQ8: the
+// sums are grouped differently). CPU only.
+func (f *Frame) AffineLinearPacked(x, pw, ps, pb Array, bits int) Array {
+	return f.op("affine_linear_packed", func(r *C.mlx_array) C.int {
+		return C.mlx_fast_affine_linear_packed(r, x.c, pw.c, ps.c, pb.c, C.int(bits), f.s.c)
+	}, x, pw, ps, pb)
+}
+
+// PackedEmbed gathers rows ids of weights PackQ8 repacked, dequantized as
+// Dequantize would the originals (in the scales' type), [ids..., k]. CPU
+// only.
+func (f *Frame) PackedEmbed(ids, pw, ps, pb Array, bits int) Array {
+	return f.op("packed_embed", func(r *C.mlx_array) C.int {
+		return C.mlx_fast_packed_embed(r, ids.c, pw.c, ps.c, pb.c, C.int(bits), f.s.c)
+	}, ids, pw, ps, pb)
+}

@@ -23,12 +23,31 @@ int mlx_fast_affine_linear(mlx_array* res, const mlx_array x, const mlx_array w,
 int mlx_fast_affine_linear_q8(mlx_array* res, const mlx_array x, const mlx_array w, const mlx_array scales,
                               const mlx_array biases, int group_size, int bits, const mlx_stream s);
 
+// Packed integer kernel (fastcpu.cpp): mlx_fast_pack_q8 repacks 2-D
+// affine weights (groups a multiple of 32) for it, eagerly, into uint8 wp
+// [n, k*bits/8] and per-block (32 elements) scales and biases [n, k/32];
+// mlx_fast_affine_linear_packed is x @ dequantize(w).T with 8-bit
+// activations over them; mlx_fast_packed_embed gathers and dequantizes
+// rows of them for token ids, as mlx_dequantize would the originals. All
+// run on a CPU stream only, where mlx_fast_packed_ok(k, bits) is 1 (AVX-512
+// VNNI, bits 4 or 8, k whole chunks of 64).
+int mlx_fast_pack_q8(mlx_array* wp, mlx_array* sp, mlx_array* bp, const mlx_array w, const mlx_array scales,
+                     const mlx_array biases, int group_size, int bits, const mlx_stream s);
+int mlx_fast_affine_linear_packed(mlx_array* res, const mlx_array x, const mlx_array w, const mlx_array scales,
+                                  const mlx_array biases, int bits, const mlx_stream s);
+int mlx_fast_packed_embed(mlx_array* res, const mlx_array ids, const mlx_array w, const mlx_array scales,
+                          const mlx_array biases, int bits, const mlx_stream s);
+int mlx_fast_packed_ok(int k, int bits);
+
 // The following are mlx_fast_rms_norm, mlx_fast_rope (offsets, when not
 // null, gives one offset per batch row and replaces offset) and
 // mlx_fast_scaled_dot_product_attention, evaluated as single fused CPU
 // primitives on a CPU stream with float32 inputs (attention: no mask array)
 // and by MLX otherwise.
 int mlx_fast_cpu_rms_norm(mlx_array* res, const mlx_array x, const mlx_array weight, float eps, const mlx_stream s);
+// mlx_fast_cpu_swiglu is g * sigmoid(g) * u as one fused primitive on a
+// CPU stream with float32 inputs of one shape; otherwise MLX's three ops.
+int mlx_fast_cpu_swiglu(mlx_array* res, const mlx_array g, const mlx_array u, const mlx_stream s);
 int mlx_fast_cpu_rope(mlx_array* res, const mlx_array x, int dims, bool traditional, mlx_optional_float base,
                       float scale, int offset, const mlx_array offsets, const mlx_array freqs, const mlx_stream s);
 int mlx_fast_cpu_sdpa(mlx_array* res, const mlx_array q, const mlx_array k, const mlx_array v, float scale,

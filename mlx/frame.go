@@ -240,11 +240,12 @@ func (f *Frame) Round(a Array, decimals int) Array {
 // SiLU is x * sigmoid(x).
 func (f *Frame) SiLU(x Array) Array { return f.Multiply(x, f.Sigmoid(x)) }
 
-// SwiGLU is SiLU(g) * u. On a GPU it runs as one compiled, fused kernel
-// (three launches otherwise); on the CPU as the three ops.
+// SwiGLU is SiLU(g) * u, as one fused primitive: on a GPU a compiled
+// kernel, on the CPU (float32) the package's vectorized one (fastcpu.cpp;
+// MLX's CPU sigmoid is scalar and was a sixth of a prefill step).
 func (f *Frame) SwiGLU(g, u Array) Array {
 	if f.s.IsCPU() {
-		return f.Multiply(f.SiLU(g), u)
+		return f.op("swiglu", func(r *C.mlx_array) C.int { return C.mlx_fast_cpu_swiglu(r, g.c, u.c, f.s.c) }, g, u)
 	}
 	return f.swigluCompiled(g, u)
 }

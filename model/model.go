@@ -128,6 +128,9 @@ func (m *Model) UploadProgress(s mlx.Stream, report func(done, total int64)) (*W
 		if err == nil && !m.Config.ReferenceNumerics && m.Config.Int8Activations && s.IsCPU() && dw.Quantized() &&
 			(dw.Mode == "" || dw.Mode == "affine") && (dw.Bits == 4 || dw.Bits == 8) {
 			dw.Int8 = true
+			if err = dw.Pack(s); err != nil {
+				dw.Free()
+			}
 		}
 		if err != nil {
 			w.Free()

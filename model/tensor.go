@@ -107,6 +107,10 @@ type Weight struct {
 	// Int8 computes Linear with mlx.Frame.AffineLinearQ8 (see
 	// Config.Int8Activations).
 	Int8 bool
+	// Packed says W, Scales and Biases are laid out for the packed integer
+	// kernel (mlx.PackQ8): Linear runs mlx.Frame.AffineLinearPacked and
+	// Embed mlx.Frame.PackedEmbed. Set by Pack.
+	Packed bool
 	// Reduce, when valid, sums Linear's output over the group: the weight
 	// holds this rank's columns of a row-parallel matrix (see Sharding).
 	Reduce mlx.Group
@@ -114,6 +118,29 @@ type Weight struct {
 	// along its last axis: the weight holds this rank's rows of a
 	// vocabulary-split output head.
 	Gather mlx.Group
+}
+
+// Pack lays an Int8 weight out for the packed integer kernel where it
+// can take it (mlx.PackedQ8: a 2-D affine weight, groups a multiple of 32,
+// on a processor with AVX-512 VNNI), replacing its arrays; elsewhere it
+// leaves w as it is. s is the CPU stream the weight lives on.
+func (w *Weight) Pack(s mlx.Stream) error {
+	if !w.Int8 || w.Packed || !w.Quantized() || !w.Biases.Valid() || w.W.Ndim() != 2 || w.GroupSize%32 != 0 {
+		return nil
+	}
+	k := w.W.Shape()[1] * 32 / w.Bits
+	if !mlx.PackedQ8(k, w.Bits) {
+		return nil
+	}
+	pw, ps, pb, err := mlx.PackQ8(s, w.W, w.Scales, w.Biases, w.GroupSize, w.Bits)
+	if err != nil {
+		return err
+	}
+	w.W.Free()
+	w.Scales.Free()
+	w.Biases.Free()
+	w.W, w.Scales, w.Biases, w.Packed = pw, ps, pb, true
+	return nil
 }
 
 // Quantized reports whether W holds packed quantized values.
@@ -174,6 +201,9 @@ func (w *Weight) linear(f *mlx.Frame, x mlx.Array) mlx.Array {
 	if w.ActBlock > 0 {
 		x = quantizeActivations(f, x, w.ActBlock, w.ActScaleHalf)
 	}
+	if w.Packed {
+		return f.AffineLinearPacked(x, w.W, w.Scales, w.Biases, w.Bits)
+	}
 	if w.Quantized() {
 		if w.Int8 {
 			return f.AffineLinearQ8(x, w.W, w.Scales, w.Biases, w.GroupSize, w.Bits)
@@ -213,6 +243,9 @@ func quantizeActivations(f *mlx.Frame, x mlx.Array, block int, halfScale bool) m
 func (w *Weight) Embed(f *mlx.Frame, ids mlx.Array) mlx.Array {
 	if !w.Quantized() {
 		return f.Take(w.W, ids, 0)
+	}
+	if w.Packed {
+		return f.PackedEmbed(ids, w.W, w.Scales, w.Biases, w.Bits)
 	}
 	rows := f.Take(w.W, ids, 0)
 	sc := f.Take(w.Scales, ids, 0)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/goprovider/provider/mlx"
+	"github.com/goprovider/provider/model"
 	"github.com/goprovider/provider/sample"
 	"github.com/goprovider/provider/tokenizer"
 )
@@ -43,15 +44,22 @@ func greedy(tb testing.TB, l *loaded, prompts [][]int32, steps int) [][]int32 {
 
 func TestBatchedForwardEqualsAlone(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		path  string
-		steps int
+		name   string
+		path   string
+		steps  int
+		adjust func(*model.Config)
 	}{
-		{"stories260K", storiesPath, 64},
-		{"SmolLM2", smolPath, 24},
+		{"stories260K", storiesPath, 64, nil},
+		{"SmolLM2", smolPath, 24, nil},
+		// 8-bit activations, as serving runs on the CPU (the packed integer
+		// kernel where the processor has AVX-512 VNNI).
+		{"SmolLM2-int8", smolPath, 24, func(c *model.Config) { c.Int8Activations = true }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l := load(t, tc.path)
+			l := loadWith(t, tc.path, tc.adjust)
+			if tc.adjust != nil && mlx.CPUInt8() && !l.w.Get("model.layers.0.mlp.up_proj.weight").Packed {
+				t.Fatal("8-bit activations on a processor with VNNI, but the weights were not packed")
+			}
 			var prompts [][]int32
 			for _, s := range []string{"Once upon a time", "The cat", "A long time ago in a small town there lived a boy who", "Hi"} {
 				ids := l.m.Tokenizer.Encode(s, tokenizer.EncodeOptions{AddSpecial: true})
