@@ -1611,6 +1611,38 @@ PROVIDER_AVX512 void swiglu512(const float* g, const float* u, size_t i0, size_t
 }
 #endif
 
+// exp_sum replaces s[0..n) by exp(s[x] - m) and returns their sum: with
+// AVX-512, 16 lanes at a time (exp512, masked tail, lane sums reduced in a
+// fixed order), else the C library's exp in order. The result depends only
+// on s and m.
+#if PROVIDER_X86
+PROVIDER_AVX512 float exp_sum512(float* s, int n, float m) {
+  const __m512 mv = _mm512_set1_ps(m);
+  __m512 acc = _mm512_setzero_ps();
+  for (int x = 0; x < n; x += 16) {
+    const __mmask16 k = n - x >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - x)) - 1);
+    const __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + x), mv));
+    _mm512_mask_storeu_ps(s + x, k, e);
+    acc = _mm512_add_ps(acc, _mm512_maskz_mov_ps(k, e));
+  }
+  return hsum512(acc);
+}
+#endif
+
+float exp_sum(float* s, int n, float m) {
+#if PROVIDER_X86
+  if (have_avx512()) {
+    return exp_sum512(s, n, m);
+  }
+#endif
+  float sum = 0;
+  for (int x = 0; x < n; x++) {
+    s[x] = std::exp(s[x] - m);
+    sum += s[x];
+  }
+  return sum;
+}
+
 void swiglu_range(const float* g, const float* u, size_t i0, size_t i1, float* out) {
 #if PROVIDER_X86
   if (have_avx512()) {
@@ -1683,11 +1715,7 @@ inline void softmax_attend(int lo, int hi, int D, const float* sink, Score score
     sc[s - lo] = score(s);
     m = std::max(m, sc[s - lo]);
   }
-  float sum = sink != nullptr ? std::exp(*sink - m) : 0.0f;
-  for (int s = lo; s <= hi; s++) {
-    sc[s - lo] = std::exp(sc[s - lo] - m);
-    sum += sc[s - lo];
-  }
+  const float sum = (sink != nullptr ? std::exp(*sink - m) : 0.0f) + exp_sum(sc, hi - lo + 1, m);
   std::fill(acc, acc + D, 0.0f);
   for (int s = lo; s <= hi; s++) {
     axpy(acc, sc[s - lo], value(s), vstride, D);
@@ -1827,11 +1855,7 @@ void paged_attend(const Paged& a, float* out) {
       for (int x = 0; x < n; x++) {
         m = std::max(m, scj[x]);
       }
-      float sum = sink != nullptr ? std::exp(*sink - m) : 0.0f;
-      for (int x = 0; x < n; x++) {
-        scj[x] = std::exp(scj[x] - m);
-        sum += scj[x];
-      }
+      const float sum = (sink != nullptr ? std::exp(*sink - m) : 0.0f) + exp_sum(scj, n, m);
       inv[j] = 1.0f / sum;
     }
     std::fill(acc.begin(), acc.end(), 0.0f);
