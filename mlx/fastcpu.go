@@ -124,7 +124,7 @@ func CPUThreads() int { return int(C.mlx_fast_cpu_threads_in_use()) }
 func Version() string { return C.GoString(C.mlx_fast_version()) }
 
 // PackedQ8 reports whether PackQ8 takes weights of k inputs at bits on
-// this processor: AVX-512 VNNI, 4- or 8-bit weights, k whole chunks of 64.
+// this processor: AVX-512 VNNI, 4- or 8-bit weights, k whole blocks of 32.
 func PackedQ8(k, bits int) bool { return C.mlx_fast_packed_ok(C.int(k), C.int(bits)) == 1 }
 
 // PackQ8 repacks 2-D affine quantized weights (groups a multiple of 32)

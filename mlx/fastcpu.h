@@ -30,7 +30,7 @@ int mlx_fast_affine_linear_q8(mlx_array* res, const mlx_array x, const mlx_array
 // activations over them; mlx_fast_packed_embed gathers and dequantizes
 // rows of them for token ids, as mlx_dequantize would the originals. All
 // run on a CPU stream only, where mlx_fast_packed_ok(k, bits) is 1 (AVX-512
-// VNNI, bits 4 or 8, k whole chunks of 64).
+// VNNI, bits 4 or 8, k whole blocks of 32).
 int mlx_fast_pack_q8(mlx_array* wp, mlx_array* sp, mlx_array* bp, const mlx_array w, const mlx_array scales,
                      const mlx_array biases, int group_size, int bits, const mlx_stream s);
 int mlx_fast_affine_linear_packed(mlx_array* res, const mlx_array x, const mlx_array w, const mlx_array scales,

@@ -29,7 +29,7 @@ func packedLinear(t *testing.T, f *Frame, s Stream) func(x, w, scales, biases Ar
 // TestAffineLinearPacked checks the packed integer kernel against
 // q8Reference (the same quantized activations, exact sums) on every layout
 // it has: spans of 16 blocks only (k 512, 1536), pairs only (k 64), both
-// (k 576, 2880), groups of 32 to 128, 4- and 8-bit weights, each scale
+// (k 576, 2880), an odd last block (k 32, 288, 544), groups of 32 to 128, 4- and 8-bit weights, each scale
 // type, odd output counts and rows that leave remainders of every tile;
 // and that a row's output is the same float alone and inside batches of
 // every size under 1 to 3 threads.
@@ -65,6 +65,14 @@ func TestAffineLinearPacked(t *testing.T) {
 			{17, 71, 576, 32, 4, Float16},
 			{6, 9, 2880, 32, 4, BFloat16},
 			{40, 13, 2880, 64, 8, Float16},
+			// An odd number of blocks: a last block alone (after pairs, after
+			// a span, alone).
+			{7, 21, 288, 32, 4, Float16},
+			{5, 10, 288, 32, 8, BFloat16},
+			{3, 12, 544, 32, 4, Float32},
+			{4, 8, 352, 32, 4, Float16},
+			{9, 6, 544, 32, 8, Float16},
+			{2, 5, 32, 32, 4, Float16},
 		} {
 			name := fmt.Sprintf("m%d_n%d_k%d_g%d_b%d_%v", c.m, c.n, c.k, c.group, c.bits, c.scales)
 			func() {
@@ -101,6 +109,7 @@ func TestAffineLinearPacked(t *testing.T) {
 		defer f.Free()
 		checkBatchInvariant(t, f, rng, 53, 576, 11, packedLinear(t, f, s))
 		checkBatchInvariant(t, f, rng, 7, 1536, 37, packedLinear(t, f, s))
+		checkBatchInvariant(t, f, rng, 9, 288, 9, packedLinear(t, f, s))
 	})
 }
 
@@ -117,7 +126,7 @@ func TestPackedEmbed(t *testing.T) {
 		for _, c := range []struct {
 			k, group, bits int
 			scales         Dtype
-		}{{576, 32, 4, Float16}, {1536, 64, 8, BFloat16}, {64, 32, 8, Float32}, {2880, 64, 4, Float16}} {
+		}{{576, 32, 4, Float16}, {1536, 64, 8, BFloat16}, {64, 32, 8, Float32}, {2880, 64, 4, Float16}, {288, 32, 4, Float16}, {544, 32, 8, Float16}} {
 			f := NewFrame(s)
 			w, sc, bi := quantized(f, rng, 50, c.k, c.group, c.bits, c.scales)
 			if err := f.Eval(w, sc, bi); err != nil {
