@@ -18,6 +18,7 @@
 // a dot product across threads.
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <optional>
@@ -988,8 +989,8 @@ bool use_mlx_kernel() {
 // eight VNNI steps finish all 32 elements of 16 blocks in integers, and
 // one conversion and two fused multiply-adds per 16 blocks apply the
 // scales and biases. A row's blocks go in spans of 16; the rest (always an
-// even number, k being whole chunks of 64) go in pairs, each pair one
-// register laid out as the integer kernel's chunks.
+// a pair in one register laid out as the integer kernel's chunks, and an
+// odd last block in half of one).
 //
 // Packed layout of one output row (k elements, blocks of 32):
 //   span g (blocks 16g .. 16g+15), 4-bit: 256 bytes, four words of 64;
@@ -1001,7 +1002,9 @@ bool use_mlx_kernel() {
 //     16g+L;
 //   pair p (blocks b, b+1 after the spans), 4-bit: 32 bytes, byte 16h + i
 //     holds element i of block b+h low and element 16+i high; 8-bit: 64
-//     bytes, the two blocks in order.
+//     bytes, the two blocks in order;
+//   a last block alone (k an odd number of blocks): a pair's first half,
+//     16 bytes (4-bit) or 32 (8-bit).
 // Scales and biases are one per block ([n, k/32], a group's repeated for
 // every block in it), in the checkpoint's float type. The activations are
 // quantized per block of 32 as in the integer kernel (the same values) and
@@ -1023,6 +1026,8 @@ inline void packed_at(int k, int bits, int e, size_t& byte, int& shift) {
     }
     return;
   }
+  // Pairs, then (k an odd number of blocks) a last block alone, laid out
+  // as the first block of a pair.
   const int p = (b - 16 * spans) / 2, h = (b - 16 * spans) % 2;
   if (bits == 4) {
     byte = static_cast<size_t>(spans) * 256 + p * 32 + 16 * h + i % 16;
@@ -1103,6 +1108,9 @@ PROVIDER_VNNI void pq8_prepare512(const PJob& j, PQ8& q, int r0, int r1) {
         for (int s = 0; s < 8; s++) {
           std::memcpy(o + 64 * s, t + 4 * s, 4);
         }
+      } else if (b == blocks - 1 && (blocks - 16 * spans) % 2 == 1) {
+        // A last block alone: its elements in order (both widths).
+        std::memcpy(xq + spans * 512 + (blocks - 16 * spans) / 2 * 64, t, 32);
       } else {
         const int p = (b - 16 * spans) / 2, h = (b - 16 * spans) % 2;
         int8_t* o = xq + spans * 512 + p * 64;
@@ -1246,6 +1254,39 @@ PROVIDER_VNNI void pk_tile(const PJob& j, const PQ8& q, int r0, int n) {
       }
     }
   }
+  if ((blocks - 16 * spans) % 2 == 1) {
+    // The last block alone: its 32 elements in lanes 0-7, the rest zero.
+    const int b = blocks - 1;
+    const size_t at = BITS == 4 ? static_cast<size_t>(spans) * 256 + pairs * 32 : static_cast<size_t>(spans) * 512 + pairs * 64;
+    __m512i wv[NW];
+    __m512 sv[NW], bv[NW];
+    #pragma GCC unroll 16
+    for (int i = 0; i < NW; i++) {
+      if constexpr (BITS == 4) {
+        const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i * rb + at));
+        const __m128i l4 = _mm_set1_epi8(0x0F);
+        wv[i] = _mm512_zextsi256_si512(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(raw, l4)),
+                                                               _mm_and_si128(_mm_srli_epi16(raw, 4), l4), 1));
+      } else {
+        wv[i] = _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i * rb + at)));
+      }
+      sv[i] = _mm512_permutexvar_ps(_mm512_setzero_si512(), q8_groups<S>(sc + static_cast<size_t>(i) * blocks + b, 1));
+      bv[i] = q8_groups<S>(bi + static_cast<size_t>(i) * blocks + b, 1);
+    }
+    #pragma GCC unroll 16
+    for (int r = 0; r < M; r++) {
+      const __m512i x = _mm512_zextsi256_si512(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + static_cast<size_t>(r) * j.k + spans * 512 + pairs * 64)));
+      const __m512 d = _mm512_set1_ps(dr[static_cast<size_t>(r) * q.bp + b]);
+      const __m512 ds = _mm512_maskz_loadu_ps(0x1, sr + static_cast<size_t>(r) * q.bp + b);
+      #pragma GCC unroll 16
+      for (int i = 0; i < NW; i++) {
+        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[i], x);
+        acc[i][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(sv[i], d), acc[i][r]);
+        acc[i][r] = _mm512_fmadd_ps(bv[i], ds, acc[i][r]);
+      }
+    }
+  }
   #pragma GCC unroll 16
   for (int i = 0; i < NW; i++) {
     #pragma GCC unroll 16
@@ -1313,7 +1354,7 @@ PROVIDER_VNNI void pk_rows(const PJob& j, const PQ8& q, int n0, int n1) {
 // inputs at bits on this processor.
 bool packed_ok(int k, int bits) {
 #if PROVIDER_X86
-  return have_vnni() && (bits == 4 || bits == 8) && k > 0 && k % 64 == 0;
+  return have_vnni() && (bits == 4 || bits == 8) && k > 0 && k % 32 == 0;
 #else
   (void)k;
   (void)bits;
@@ -1795,6 +1836,189 @@ struct Paged {
   float scale;
 };
 
+#if PROVIDER_X86
+// PTile is one unit of paged_attend's AVX-512 path: the query heads of
+// key-value head kh for tokens i0 .. i0+T-1 (one row, consecutive
+// positions), one query (token, head) to a lane, L = T * rep <= 16 lanes.
+// Its phases: scores take every key of the tokens' joint range once for
+// all lanes, four keys at a time, lane l's score a chain of D fused
+// multiply-adds in d order; then per lane, over its own range only, in key
+// order, the maximum, the exponentials and their sum (from the sink's
+// term, if any, and sixteen partial sums by key); then per lane and 16
+// elements, the values' weighted sum over its keys in order. A query's floats are therefore the same whichever
+// tokens share its tile and however the phases are split among threads:
+// alone, in a decode batch or inside a prefill chunk.
+struct PTile {
+  const Paged* a;
+  int i0, L, kh, rep, klo, n;
+  int lo[16], hi[16];
+  float sums[16];
+  std::vector<float> qt, sc, acc;  // [D][16], [n][16], [L][D]
+  std::vector<size_t> at;          // [n] key and value offsets
+
+  PROVIDER_AVX512 void setup(const Paged& pa, int first, int T, int head) {
+    a = &pa;
+    i0 = first;
+    kh = head;
+    rep = pa.H / pa.KVH;
+    L = T * rep;
+    const int D = pa.D;
+    const size_t row = static_cast<size_t>(pa.KVH) * D;
+    int khi = -1;
+    klo = INT32_MAX;
+    for (int l = 0; l < L; l++) {
+      const int i = i0 + l / rep, p = pa.meta[3 * i + 1];
+      lo[l] = pa.window > 0 ? std::max(0, p - pa.window + 1) : 0;
+      hi[l] = pa.meta[3 * i + 2];
+      klo = std::min(klo, lo[l]);
+      khi = std::max(khi, hi[l]);
+    }
+    n = khi - klo + 1;
+    qt.assign(static_cast<size_t>(D) * 16, 0.0f);
+    sc.resize(static_cast<size_t>(n) * 16);
+    at.resize(n);
+    acc.assign(static_cast<size_t>(L) * D, 0.0f);
+    for (int l = 0; l < L; l++) {
+      const float* qi = pa.q + (static_cast<size_t>(i0 + l / rep) * pa.H + kh * rep + l % rep) * D;
+      for (int d = 0; d < D; d++) {
+        qt[static_cast<size_t>(d) * 16 + l] = qi[d] * pa.scale;
+      }
+    }
+    const int32_t* tab = pa.table + static_cast<size_t>(pa.meta[3 * i0]) * pa.MB;
+    for (int s = klo; s <= khi;) {
+      const int blk = s / pa.block, off = s - blk * pa.block;
+      const int run = std::min(pa.block - off, khi - s + 1);
+      size_t o = (static_cast<size_t>(tab[blk]) * pa.block + off) * row + static_cast<size_t>(kh) * D;
+      for (int x = 0; x < run; x++, o += row) {
+        at[s - klo + x] = o;
+      }
+      s += run;
+    }
+  }
+
+  // scores computes keys [x0, x1) of the joint range for every lane.
+  PROVIDER_AVX512 void scores(int x0, int x1) {
+    const int D = a->D;
+    const float* Q = qt.data();
+    float* S = sc.data();
+    int x = x0;
+    for (; x + 4 <= x1; x += 4) {
+      const float *k0 = a->kpool + at[x], *k1 = a->kpool + at[x + 1], *k2 = a->kpool + at[x + 2],
+                  *k3 = a->kpool + at[x + 3];
+      __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps(), s2 = _mm512_setzero_ps(), s3 = _mm512_setzero_ps();
+      for (int d = 0; d < D; d++) {
+        const __m512 qd = _mm512_loadu_ps(Q + d * 16);
+        s0 = _mm512_fmadd_ps(qd, _mm512_set1_ps(k0[d]), s0);
+        s1 = _mm512_fmadd_ps(qd, _mm512_set1_ps(k1[d]), s1);
+        s2 = _mm512_fmadd_ps(qd, _mm512_set1_ps(k2[d]), s2);
+        s3 = _mm512_fmadd_ps(qd, _mm512_set1_ps(k3[d]), s3);
+      }
+      _mm512_storeu_ps(S + static_cast<size_t>(x) * 16, s0);
+      _mm512_storeu_ps(S + static_cast<size_t>(x + 1) * 16, s1);
+      _mm512_storeu_ps(S + static_cast<size_t>(x + 2) * 16, s2);
+      _mm512_storeu_ps(S + static_cast<size_t>(x + 3) * 16, s3);
+    }
+    for (; x < x1; x++) {
+      const float* k0 = a->kpool + at[x];
+      __m512 s0 = _mm512_setzero_ps();
+      for (int d = 0; d < D; d++) {
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(Q + d * 16), _mm512_set1_ps(k0[d]), s0);
+      }
+      _mm512_storeu_ps(S + static_cast<size_t>(x) * 16, s0);
+    }
+  }
+
+  // softmax turns lane l's scores over its keys into exponentials (in
+  // place) and records their sum.
+  PROVIDER_AVX512 void softmax(int l) {
+    float* S = sc.data();
+    const float* sink = a->sinks != nullptr ? a->sinks + kh * rep + l % rep : nullptr;
+    const int x0 = lo[l] - klo, x1 = hi[l] - klo;
+    float m = sink != nullptr ? *sink : -INFINITY;
+    for (int y = x0; y <= x1; y++) {
+      m = std::max(m, S[static_cast<size_t>(y) * 16 + l]);
+    }
+    // Sixteen keys' exponentials at a time (gathered from the lane's
+    // column and scattered back), summed in sixteen partial sums by key
+    // index from the lane's first key, reduced in a fixed order, then
+    // added to the sink's term.
+    const __m512i stride = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240);
+    __m512 part = _mm512_setzero_ps();
+    for (int y = x0; y <= x1; y += 16) {
+      const int c = std::min(16, x1 - y + 1);
+      const __mmask16 k = c == 16 ? 0xFFFF : static_cast<__mmask16>((1u << c) - 1);
+      float* col = S + static_cast<size_t>(y) * 16 + l;
+      const __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, stride, col, 4);
+      const __m512 e = _mm512_maskz_mov_ps(k, exp512(_mm512_sub_ps(v, _mm512_set1_ps(m))));
+      _mm512_mask_i32scatter_ps(col, k, stride, e, 4);
+      part = _mm512_add_ps(part, e);
+    }
+    sums[l] = (sink != nullptr ? std::exp(*sink - m) : 0.0f) + hsum512(part);
+  }
+
+  // values adds, for lane l and elements [d0, d0 + 16*G) (G <= 8 chunks
+  // of 16, each its own chain), the weighted values of its keys in [b0,
+  // b1] (in order) to its accumulator.
+  PROVIDER_AVX512 void values(int l, int d0, int G, int b0, int b1) {
+    const int y0 = std::max(b0, lo[l] - klo), y1 = std::min(b1, hi[l] - klo);
+    float* A = acc.data() + static_cast<size_t>(l) * a->D + d0;
+    const float* S = sc.data();
+    __m512 av[8];
+    for (int g = 0; g < G; g++) {
+      av[g] = _mm512_loadu_ps(A + 16 * g);
+    }
+    for (int y = y0; y <= y1; y++) {
+      const __m512 w = _mm512_set1_ps(S[static_cast<size_t>(y) * 16 + l]);
+      const float* v = a->vpool + at[y] + d0;
+      switch (G) {
+        case 8: av[7] = _mm512_fmadd_ps(w, _mm512_loadu_ps(v + 112), av[7]); [[fallthrough]];
+        case 7: av[6] = _mm512_fmadd_ps(w, _mm512_loadu_ps(v + 96), av[6]); [[fallthrough]];
+        case 6: av[5] = _mm512_fmadd_ps(w, _mm512_loadu_ps(v + 80), av[5]); [[fallthrough]];
+        case 5: av[4] = _mm512_fmadd_ps(w, _mm512_loadu_ps(v + 64), av[4]); [[fallthrough]];
+        case 4: av[3] = _mm512_fmadd_ps(w, _mm512_loadu_ps(v + 48), av[3]); [[fallthrough]];
+        case 3: av[2] = _mm512_fmadd_ps(w, _mm512_loadu_ps(v + 32), av[2]); [[fallthrough]];
+        case 2: av[1] = _mm512_fmadd_ps(w, _mm512_loadu_ps(v + 16), av[1]); [[fallthrough]];
+        default: av[0] = _mm512_fmadd_ps(w, _mm512_loadu_ps(v), av[0]);
+      }
+    }
+    for (int g = 0; g < G; g++) {
+      _mm512_storeu_ps(A + 16 * g, av[g]);
+    }
+  }
+
+  // finish writes lane l's elements [d0, d0+16): its sum over the
+  // exponentials' sum.
+  PROVIDER_AVX512 void finish(int l, int d0, float* out) {
+    const float* A = acc.data() + static_cast<size_t>(l) * a->D + d0;
+    float* o = out + (static_cast<size_t>(i0 + l / rep) * a->H + kh * rep + l % rep) * a->D + d0;
+    _mm512_storeu_ps(o, _mm512_mul_ps(_mm512_loadu_ps(A), _mm512_set1_ps(1.0f / sums[l])));
+  }
+
+  // run is every phase in one thread: the values a block of keys at a
+  // time for every lane, so that the block's value rows stay in the
+  // first-level cache.
+  PROVIDER_AVX512 void run(float* out) {
+    scores(0, n);
+    for (int l = 0; l < L; l++) {
+      softmax(l);
+    }
+    const int KB = 32;
+    for (int b0 = 0; b0 < n; b0 += KB) {
+      for (int l = 0; l < L; l++) {
+        for (int d0 = 0; d0 < a->D; d0 += 128) {
+          values(l, d0, std::min(8, (a->D - d0) / 16), b0, std::min(n - 1, b0 + KB - 1));
+        }
+      }
+    }
+    for (int l = 0; l < L; l++) {
+      for (int d0 = 0; d0 < a->D; d0 += 16) {
+        finish(l, d0, out);
+      }
+    }
+  }
+};
+#endif
+
 void paged_attend(const Paged& a, float* out) {
   const size_t row = static_cast<size_t>(a.KVH) * a.D;
   if (a.knew != nullptr) {
@@ -1805,6 +2029,82 @@ void paged_attend(const Paged& a, float* out) {
     }
   }
   const int rep = a.H / a.KVH;
+#if PROVIDER_X86
+  if (have_avx512() && a.D % 16 == 0 && rep <= 16) {
+    // Tiles of up to 16 / rep tokens of one row at consecutive positions.
+    const int most = 16 / rep;
+    thread_local std::vector<int> tiles;
+    tiles.clear();
+    for (int i = 0; i < a.N;) {
+      int j = i + 1;
+      while (j < a.N && j - i < most && a.meta[3 * j] == a.meta[3 * i] && a.meta[3 * j + 1] == a.meta[3 * (j - 1) + 1] + 1) {
+        j++;
+      }
+      tiles.push_back(i);
+      tiles.push_back(j - i);
+      i = j;
+    }
+    const int count = static_cast<int>(tiles.size() / 2);
+    const int* tl = tiles.data();
+    size_t work = 0;
+    for (int i = 0; i < a.N; i++) {
+      work += static_cast<size_t>(a.meta[3 * i + 2] + 1) * a.H * a.D;
+    }
+    const int units = count * a.KVH;
+    if (units >= 2 * Pool::get().threads() || work < (1u << 18)) {
+      // Enough units for the threads (or too little work to share): each
+      // runs whole in one task.
+      run_tasks(units, work, [&](int t) {
+        thread_local PTile u;
+        u.setup(a, tl[2 * (t / a.KVH)], tl[2 * (t / a.KVH) + 1], t % a.KVH);
+        u.run(out);
+      });
+      return;
+    }
+    // Few units (a small decode batch at a long context): each phase split
+    // across the threads, by keys, by lanes, then by lanes and elements.
+    // (A thread_local named inside the tasks would be each worker's own:
+    // they reach the caller's through this reference.)
+    thread_local std::vector<PTile> held;
+    std::vector<PTile>& us = held;
+    us.resize(units);
+    for (int t = 0; t < units; t++) {
+      us[t].setup(a, tl[2 * (t / a.KVH)], tl[2 * (t / a.KVH) + 1], t % a.KVH);
+    }
+    const int KC = 256;
+    std::vector<std::array<int, 3>> jobs;
+    for (int t = 0; t < units; t++) {
+      for (int x = 0; x < us[t].n; x += KC) {
+        jobs.push_back({t, x, std::min(us[t].n, x + KC)});
+      }
+    }
+    Pool::get().run(static_cast<int>(jobs.size()), [&](int q) { us[jobs[q][0]].scores(jobs[q][1], jobs[q][2]); });
+    jobs.clear();
+    for (int t = 0; t < units; t++) {
+      for (int l = 0; l < us[t].L; l++) {
+        jobs.push_back({t, l, 0});
+      }
+    }
+    Pool::get().run(static_cast<int>(jobs.size()), [&](int q) { us[jobs[q][0]].softmax(jobs[q][1]); });
+    jobs.clear();
+    for (int t = 0; t < units; t++) {
+      for (int l = 0; l < us[t].L; l++) {
+        for (int d0 = 0; d0 < a.D; d0 += 128) {
+          jobs.push_back({t, l, d0});
+        }
+      }
+    }
+    Pool::get().run(static_cast<int>(jobs.size()), [&](int q) {
+      PTile& u = us[jobs[q][0]];
+      const int l = jobs[q][1], d0 = jobs[q][2], G = std::min(8, (a.D - d0) / 16);
+      u.values(l, d0, G, 0, u.n - 1);
+      for (int g = 0; g < G; g++) {
+        u.finish(l, d0 + 16 * g, out);
+      }
+    });
+    return;
+  }
+#endif
   // A task is a token's query heads of one key-value head (they read each
   // key and value once, while it is hot), or a single head when that
   // leaves the threads too few tasks (a lone decode row). Every head's sums
