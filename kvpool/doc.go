@@ -45,6 +45,15 @@
 // masked scaled_dot_product_attention for all rows. Tests run both on the
 // same steps against attention computed in float64 on the host.
 //
+// The CPU primitive, on a processor with AVX-512 and head sizes that are
+// multiples of 16, works in query tiles: up to 16 (token, head) pairs of
+// one row's consecutive tokens and one key-value head share every key and
+// value read (a prefill chunk's keys are read once per tile, not once per
+// token). Each query's floats come from its own chains of operations in
+// key and element order, so they are the same whether the query is alone,
+// in a decode batch or inside a prefill chunk, and however a small batch at
+// a long context is split across the threads (TestAttendSameAloneAndBatched).
+//
 // On CUDA, with PROVIDER_GPU_PAGED=1, single-token (decode) rows skip the
 // gather: one kernel per layer (mlx PagedDecode, compiled by MLX at run
 // time) reads each row's keys through its block table, a block of threads
