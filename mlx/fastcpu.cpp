@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <type_traits>
@@ -988,9 +989,9 @@ bool use_mlx_kernel() {
 // hold 16 different blocks of 32 elements, four consecutive elements each:
 // eight VNNI steps finish all 32 elements of 16 blocks in integers, and
 // one conversion and two fused multiply-adds per 16 blocks apply the
-// scales and biases. A row's blocks go in spans of 16; the rest (always an
-// a pair in one register laid out as the integer kernel's chunks, and an
-// odd last block in half of one).
+// scales and biases. A row's blocks go in spans of 16; the rest go in
+// pairs, a pair in one register laid out as the integer kernel's chunks,
+// and an odd last block in half of one.
 //
 // Packed layout of one output row (k elements, blocks of 32):
 //   span g (blocks 16g .. 16g+15), 4-bit: 256 bytes, four words of 64;
@@ -1037,17 +1038,39 @@ inline void packed_at(int k, int bits, int e, size_t& byte, int& shift) {
   }
 }
 
+// PackedIndex is packed_at for every element of a row of k at bits.
+struct PackedIndex {
+  std::vector<size_t> byte;
+  std::vector<int> shift;
+};
+
+// packed_index is the row layout for (k, bits), computed once per process
+// (a model has a few distinct input lengths; embedding reads it every
+// step).
+const PackedIndex& packed_index(int k, int bits) {
+  static std::mutex mu;
+  static std::map<std::pair<int, int>, PackedIndex> made;
+  std::lock_guard<std::mutex> l(mu);
+  PackedIndex& x = made[{k, bits}];
+  if (x.byte.empty()) {
+    x.byte.resize(k);
+    x.shift.resize(k);
+    for (int e = 0; e < k; e++) {
+      packed_at(k, bits, e, x.byte[e], x.shift[e]);
+    }
+  }
+  return x;
+}
+
 // pack_rows packs rows [n0, n1) of MLX-layout weights w (k*bits/32 words a
 // row, element e at bits (e % (32/bits))*bits of word e / (32/bits)).
 void pack_rows(const uint32_t* w, int k, int bits, int n0, int n1, uint8_t* out) {
   const int per = 32 / bits, words = k / per;
   const uint32_t mask = (1u << bits) - 1;
   const size_t rb = static_cast<size_t>(k) * bits / 8;
-  std::vector<size_t> byte(k);
-  std::vector<int> shift(k);
-  for (int e = 0; e < k; e++) {
-    packed_at(k, bits, e, byte[e], shift[e]);
-  }
+  const PackedIndex& ix = packed_index(k, bits);
+  const size_t* byte = ix.byte.data();
+  const int* shift = ix.shift.data();
   for (int n = n0; n < n1; n++) {
     const uint32_t* src = w + static_cast<size_t>(n) * words;
     uint8_t* dst = out + static_cast<size_t>(n) * rb;
@@ -1296,10 +1319,21 @@ PROVIDER_VNNI void pk_tile(const PJob& j, const PQ8& q, int r0, int n) {
   }
 }
 
+// pk_by_rows is pk_tile with its row count m (1 to 4) made a constant.
+template <typename S, int BITS, int NW>
+PROVIDER_VNNI void pk_by_rows(const PJob& j, const PQ8& q, int m, int r0, int n) {
+  switch (m) {
+    case 1: pk_tile<S, BITS, 1, NW>(j, q, r0, n); break;
+    case 2: pk_tile<S, BITS, 2, NW>(j, q, r0, n); break;
+    case 3: pk_tile<S, BITS, 3, NW>(j, q, r0, n); break;
+    default: pk_tile<S, BITS, 4, NW>(j, q, r0, n); break;
+  }
+}
+
 // pk_rows computes outputs [n0, n1) for every activation row: four
-// outputs (the last one or two: fewer) by up to four rows, rows in blocks of 32 so that a block's
-// activations stay in the first-level cache while the outputs' weights
-// pass over them.
+// outputs (the last one or two: fewer) by up to four rows, rows in blocks
+// of 32 so that a block's activations stay in the first-level cache while
+// the outputs' weights pass over them.
 template <typename S, int BITS>
 PROVIDER_VNNI void pk_rows(const PJob& j, const PQ8& q, int n0, int n1) {
   const size_t rb = static_cast<size_t>(j.k) * BITS / 8;
@@ -1318,30 +1352,13 @@ PROVIDER_VNNI void pk_rows(const PJob& j, const PQ8& q, int n0, int n1) {
       }
       for (int r0 = rb0; r0 < rb1; r0 += 4) {
         const int m = std::min(4, rb1 - r0);
-#define PROVIDER_PK(M, NW) pk_tile<S, BITS, M, NW>(j, q, r0, n)
         if (nw == 4) {
-          switch (m) {
-            case 1: PROVIDER_PK(1, 4); break;
-            case 2: PROVIDER_PK(2, 4); break;
-            case 3: PROVIDER_PK(3, 4); break;
-            default: PROVIDER_PK(4, 4); break;
-          }
+          pk_by_rows<S, BITS, 4>(j, q, m, r0, n);
         } else if (nw == 2) {
-          switch (m) {
-            case 1: PROVIDER_PK(1, 2); break;
-            case 2: PROVIDER_PK(2, 2); break;
-            case 3: PROVIDER_PK(3, 2); break;
-            default: PROVIDER_PK(4, 2); break;
-          }
+          pk_by_rows<S, BITS, 2>(j, q, m, r0, n);
         } else {
-          switch (m) {
-            case 1: PROVIDER_PK(1, 1); break;
-            case 2: PROVIDER_PK(2, 1); break;
-            case 3: PROVIDER_PK(3, 1); break;
-            default: PROVIDER_PK(4, 1); break;
-          }
+          pk_by_rows<S, BITS, 1>(j, q, m, r0, n);
         }
-#undef PROVIDER_PK
       }
       n += nw;
     }
@@ -1394,11 +1411,9 @@ void packed_embed(const int32_t* ids, size_t count, int rows, const uint8_t* w, 
                   int bits, S* out) {
   const size_t rb = static_cast<size_t>(k) * bits / 8;
   const int blocks = k / 32;
-  std::vector<size_t> byte(k);
-  std::vector<int> shift(k);
-  for (int e = 0; e < k; e++) {
-    packed_at(k, bits, e, byte[e], shift[e]);
-  }
+  const PackedIndex& ix = packed_index(k, bits);
+  const size_t* byte = ix.byte.data();
+  const int* shift = ix.shift.data();
   const uint32_t mask = (1u << bits) - 1;
   for (size_t t = 0; t < count; t++) {
     const int id = ids[t];
@@ -1619,11 +1634,8 @@ void accumulate(float* acc, int hpt, int D, const float* vpool, const size_t* at
   }
 }
 
-// swiglu_range computes out[i] = g[i] / (1 + exp(-g[i])) * u[i] for i in
-// [i0, i1): with AVX-512, every element by the same masked vector code (a
-// degree-6 polynomial exp, within 2 ulp), so an element's value depends on
-// its inputs only; else with the C library's exp.
 #if PROVIDER_X86
+// exp512 is exp of 16 floats: a degree-6 polynomial, within 2 ulp.
 PROVIDER_AVX512 inline __m512 exp512(__m512 x) {
   x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-88.0f)), _mm512_set1_ps(88.0f));
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
@@ -1684,6 +1696,10 @@ float exp_sum(float* s, int n, float m) {
   return sum;
 }
 
+// swiglu_range computes out[i] = g[i] / (1 + exp(-g[i])) * u[i] for i in
+// [i0, i1): with AVX-512, every element by the same masked vector code, so
+// an element's value depends on its inputs only; else with the C
+// library's exp.
 void swiglu_range(const float* g, const float* u, size_t i0, size_t i1, float* out) {
 #if PROVIDER_X86
   if (have_avx512()) {
@@ -1841,13 +1857,14 @@ struct Paged {
 // key-value head kh for tokens i0 .. i0+T-1 (one row, consecutive
 // positions), one query (token, head) to a lane, L = T * rep <= 16 lanes.
 // Its phases: scores take every key of the tokens' joint range once for
-// all lanes, four keys at a time, lane l's score a chain of D fused
+// all lanes, eight keys at a time, lane l's score a chain of D fused
 // multiply-adds in d order; then per lane, over its own range only, in key
 // order, the maximum, the exponentials and their sum (from the sink's
 // term, if any, and sixteen partial sums by key); then per lane and 16
-// elements, the values' weighted sum over its keys in order. A query's floats are therefore the same whichever
-// tokens share its tile and however the phases are split among threads:
-// alone, in a decode batch or inside a prefill chunk.
+// elements, the values' weighted sum over its keys in order. A query's
+// floats are therefore the same whichever tokens share its tile and
+// however the phases are split among threads: alone, in a decode batch or
+// inside a prefill chunk.
 struct PTile {
   const Paged* a;
   int i0, L, kh, rep, klo, n;
@@ -2051,6 +2068,10 @@ void paged_attend(const Paged& a, float* out) {
     }
   }
   const int rep = a.H / a.KVH;
+  size_t work = 0;
+  for (int i = 0; i < a.N; i++) {
+    work += static_cast<size_t>(a.meta[3 * i + 2] + 1) * a.H * a.D;
+  }
 #if PROVIDER_X86
   if (have_avx512() && a.D % 16 == 0 && rep <= 16) {
     // Tiles of up to 16 / rep tokens of one row at consecutive positions.
@@ -2068,10 +2089,6 @@ void paged_attend(const Paged& a, float* out) {
     }
     const int count = static_cast<int>(tiles.size() / 2);
     const int* tl = tiles.data();
-    size_t work = 0;
-    for (int i = 0; i < a.N; i++) {
-      work += static_cast<size_t>(a.meta[3 * i + 2] + 1) * a.H * a.D;
-    }
     const int units = count * a.KVH;
     if (units >= 2 * Pool::get().threads() || work < (1u << 18)) {
       // Enough units for the threads (or too little work to share): each
@@ -2134,10 +2151,6 @@ void paged_attend(const Paged& a, float* out) {
   const int hpt = a.N * a.KVH >= 4 * Pool::get().threads() ? rep : 1;
   const int per = rep / hpt;
   const int tasks = a.N * a.KVH * per;
-  size_t work = 0;
-  for (int i = 0; i < a.N; i++) {
-    work += static_cast<size_t>(a.meta[3 * i + 2] + 1) * a.H * a.D;
-  }
   run_tasks(tasks, work, [&](int t) {
     const int i = t / (a.KVH * per), kh = t / per % a.KVH, h0 = kh * rep + t % per * hpt;
     const int r = a.meta[3 * i], p = a.meta[3 * i + 1], last = a.meta[3 * i + 2];
@@ -2189,6 +2202,19 @@ void paged_attend(const Paged& a, float* out) {
       }
     }
   });
+}
+
+// by_scale_type calls f with a value of the C++ type of scale dtype sd
+// (float32, float16 or bfloat16).
+template <typename F>
+void by_scale_type(mx::Dtype sd, F&& f) {
+  if (sd == mx::float32) {
+    f(float{});
+  } else if (sd == mx::float16) {
+    f(mx::float16_t{});
+  } else {
+    f(mx::bfloat16_t{});
+  }
 }
 
 bool on_cpu(const mx::Stream& s) {
@@ -2375,13 +2401,7 @@ static int affine_linear(mlx_array* res, const mlx_array x, const mlx_array w, c
       if (j.m == 0) {
         return;
       }
-      if (sd == mx::float32) {
-        q8 ? run_job_q8<float>(j) : run_job<float>(j);
-      } else if (sd == mx::float16) {
-        q8 ? run_job_q8<mx::float16_t>(j) : run_job<mx::float16_t>(j);
-      } else {
-        q8 ? run_job_q8<mx::bfloat16_t>(j) : run_job<mx::bfloat16_t>(j);
-      }
+      by_scale_type(sd, [&](auto s) { q8 ? run_job_q8<decltype(s)>(j) : run_job<decltype(s)>(j); });
     };
     mx::array y(std::move(shape), mx::float32, std::make_shared<HostOp>(st, "FastAffineLinear", std::move(fn)),
                 std::move(in));
@@ -2479,13 +2499,7 @@ int mlx_fast_affine_linear_packed(mlx_array* res, const mlx_array x, const mlx_a
       if (j.m == 0) {
         return;
       }
-      if (sd == mx::float32) {
-        run_packed<float>(j);
-      } else if (sd == mx::float16) {
-        run_packed<mx::float16_t>(j);
-      } else {
-        run_packed<mx::bfloat16_t>(j);
-      }
+      by_scale_type(sd, [&](auto s) { run_packed<decltype(s)>(j); });
     };
     mx::array y(std::move(shape), mx::float32, std::make_shared<HostOp>(st, "FastAffineLinearPacked", std::move(fn)),
                 std::move(in));
@@ -2511,15 +2525,10 @@ int mlx_fast_packed_embed(mlx_array* res, const mlx_array ids, const mlx_array w
       const int32_t* id = in[0].data<int32_t>();
       const size_t count = in[0].size();
       const uint8_t* w = in[1].data<uint8_t>();
-      if (sd == mx::float32) {
-        packed_embed<float>(id, count, rows, w, in[2].data<float>(), in[3].data<float>(), k, bits, out.data<float>());
-      } else if (sd == mx::float16) {
-        packed_embed<mx::float16_t>(id, count, rows, w, in[2].data<mx::float16_t>(), in[3].data<mx::float16_t>(), k,
-                                    bits, out.data<mx::float16_t>());
-      } else {
-        packed_embed<mx::bfloat16_t>(id, count, rows, w, in[2].data<mx::bfloat16_t>(), in[3].data<mx::bfloat16_t>(),
-                                     k, bits, out.data<mx::bfloat16_t>());
-      }
+      by_scale_type(sd, [&](auto s) {
+        using S = decltype(s);
+        packed_embed<S>(id, count, rows, w, in[2].data<S>(), in[3].data<S>(), k, bits, out.data<S>());
+      });
     };
     set(res, mx::array(std::move(shape), sd, std::make_shared<HostOp>(st, "PackedEmbed", std::move(fn)),
                        std::move(in)));

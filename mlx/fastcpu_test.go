@@ -345,6 +345,27 @@ func TestAffineLinearSameWithoutAVX512(t *testing.T) {
 	}
 }
 
+// q8Inputs makes a seeded [n, k] quantized weight and [m, k] activations
+// (host values xs and the array x) holding a zero and, where they reach
+// that far, a block of zeros (scale 0).
+func q8Inputs(f *Frame, rng *rand.Rand, m, n, k, group, bits int, scales Dtype) (xs []float32, x, w, sc, bi Array) {
+	w, sc, bi = quantized(f, rng, n, k, group, bits, scales)
+	xs = make([]float32, m*k)
+	for i := range xs {
+		xs[i] = float32(rng.NormFloat64())
+	}
+	xs[5] = 0
+	for i := 32; i < 64 && m*k >= 64; i++ {
+		xs[i] = 0
+	}
+	return xs, f.Float32s(xs, m, k), w, sc, bi
+}
+
+// dequantized is w as float32 on the host, as MLX dequantizes it.
+func dequantized(f *Frame, w, sc, bi Array, group, bits int) []float32 {
+	return f.ToFloat32s(f.Dequantize(w, f.AsType(sc, Float32), f.AsType(bi, Float32), group, bits, "affine"))
+}
+
 // q8Reference computes AffineLinearQ8's result on the host in float64:
 // each block of 32 activations quantized as the kernel does (float32
 // arithmetic, round half to even), times the weights MLX dequantizes.
@@ -406,19 +427,10 @@ func TestAffineLinearQ8(t *testing.T) {
 			func() {
 				f := NewFrame(s)
 				defer f.Free()
-				w, sc, bi := quantized(f, rng, c.n, c.k, c.group, c.bits, c.scales)
-				xs := make([]float32, c.m*c.k)
-				for i := range xs {
-					xs[i] = float32(rng.NormFloat64())
-				}
-				xs[5] = 0 // a zero, and below a block of zeros (scale 0)
-				for i := 32; i < 64 && c.m*c.k >= 64; i++ {
-					xs[i] = 0
-				}
-				x := f.Float32s(xs, c.m, c.k)
+				xs, x, w, sc, bi := q8Inputs(f, rng, c.m, c.n, c.k, c.group, c.bits, c.scales)
 				got := f.ToFloat32s(f.AffineLinearQ8(x, w, sc, bi, c.group, c.bits))
 				flt := f.ToFloat32s(f.AffineLinear(x, w, sc, bi, c.group, c.bits))
-				deq := f.ToFloat32s(f.Dequantize(w, f.AsType(sc, Float32), f.AsType(bi, Float32), c.group, c.bits, "affine"))
+				deq := dequantized(f, w, sc, bi, c.group, c.bits)
 				if err := f.Err(); err != nil {
 					t.Fatalf("%s: %v", name, err)
 				}

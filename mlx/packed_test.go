@@ -8,20 +8,24 @@ import (
 	"testing"
 )
 
+// pack evaluates w and packs it, the packed arrays owned by f.
+func pack(tb testing.TB, f *Frame, s Stream, w, scales, biases Array, groupSize, bits int) (pw, ps, pb Array) {
+	tb.Helper()
+	if err := f.Eval(w, scales, biases); err != nil {
+		tb.Fatal(err)
+	}
+	pw, ps, pb, err := PackQ8(s, w, scales, biases, groupSize, bits)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return f.Track(pw), f.Track(ps), f.Track(pb)
+}
+
 // packedLinear packs w for one call of AffineLinearPacked (tests only: a
 // model packs its weights once, at load).
 func packedLinear(t *testing.T, f *Frame, s Stream) func(x, w, scales, biases Array, groupSize, bits int) Array {
 	return func(x, w, scales, biases Array, groupSize, bits int) Array {
-		if err := f.Eval(w, scales, biases); err != nil {
-			t.Fatal(err)
-		}
-		pw, ps, pb, err := PackQ8(s, w, scales, biases, groupSize, bits)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.Track(pw)
-		f.Track(ps)
-		f.Track(pb)
+		pw, ps, pb := pack(t, f, s, w, scales, biases, groupSize, bits)
 		return f.AffineLinearPacked(x, pw, ps, pb, bits)
 	}
 }
@@ -29,8 +33,9 @@ func packedLinear(t *testing.T, f *Frame, s Stream) func(x, w, scales, biases Ar
 // TestAffineLinearPacked checks the packed integer kernel against
 // q8Reference (the same quantized activations, exact sums) on every layout
 // it has: spans of 16 blocks only (k 512, 1536), pairs only (k 64), both
-// (k 576, 2880), an odd last block (k 32, 288, 544), groups of 32 to 128, 4- and 8-bit weights, each scale
-// type, odd output counts and rows that leave remainders of every tile;
+// (k 576, 2880), an odd last block (k 32, 288, 352, 544), groups of 32 to
+// 128, 4- and 8-bit weights, each scale type, odd output counts and rows
+// that leave remainders of every tile;
 // and that a row's output is the same float alone and inside batches of
 // every size under 1 to 3 threads.
 func TestAffineLinearPacked(t *testing.T) {
@@ -78,18 +83,9 @@ func TestAffineLinearPacked(t *testing.T) {
 			func() {
 				f := NewFrame(s)
 				defer f.Free()
-				w, sc, bi := quantized(f, rng, c.n, c.k, c.group, c.bits, c.scales)
-				xs := make([]float32, c.m*c.k)
-				for i := range xs {
-					xs[i] = float32(rng.NormFloat64())
-				}
-				xs[5] = 0
-				for i := 32; i < 64; i++ {
-					xs[i] = 0 // a block of zeros (scale 0)
-				}
-				x := f.Float32s(xs, c.m, c.k)
+				xs, x, w, sc, bi := q8Inputs(f, rng, c.m, c.n, c.k, c.group, c.bits, c.scales)
 				got := f.ToFloat32s(packedLinear(t, f, s)(x, w, sc, bi, c.group, c.bits))
-				deq := f.ToFloat32s(f.Dequantize(w, f.AsType(sc, Float32), f.AsType(bi, Float32), c.group, c.bits, "affine"))
+				deq := dequantized(f, w, sc, bi, c.group, c.bits)
 				if err := f.Err(); err != nil {
 					t.Fatalf("%s: %v", name, err)
 				}
@@ -129,16 +125,7 @@ func TestPackedEmbed(t *testing.T) {
 		}{{576, 32, 4, Float16}, {1536, 64, 8, BFloat16}, {64, 32, 8, Float32}, {2880, 64, 4, Float16}, {288, 32, 4, Float16}, {544, 32, 8, Float16}} {
 			f := NewFrame(s)
 			w, sc, bi := quantized(f, rng, 50, c.k, c.group, c.bits, c.scales)
-			if err := f.Eval(w, sc, bi); err != nil {
-				t.Fatal(err)
-			}
-			pw, ps, pb, err := PackQ8(s, w, sc, bi, c.group, c.bits)
-			if err != nil {
-				t.Fatal(err)
-			}
-			f.Track(pw)
-			f.Track(ps)
-			f.Track(pb)
+			pw, ps, pb := pack(t, f, s, w, sc, bi, c.group, c.bits)
 			ids := f.Int32s([]int32{3, 0, 49, 3, 17, 21}, 2, 3)
 			got := f.PackedEmbed(ids, pw, ps, pb, c.bits)
 			want := f.Dequantize(f.Take(w, ids, 0), f.Take(sc, ids, 0), f.Take(bi, ids, 0), c.group, c.bits, "affine")
@@ -175,16 +162,10 @@ func BenchmarkAffineLinearPacked(b *testing.B) {
 				rng := rand.New(rand.NewPCG(7, 8))
 				w, sc, bi := quantized(f, rng, 1536, 576, 32, 4, Float16)
 				x := randomRows(f, rng, m, 576)
-				if err := f.Eval(w, sc, bi, x); err != nil {
+				if err := f.Eval(x); err != nil {
 					b.Fatal(err)
 				}
-				pw, ps, pb, err := PackQ8(s, w, sc, bi, 32, 4)
-				if err != nil {
-					b.Fatal(err)
-				}
-				f.Track(pw)
-				f.Track(ps)
-				f.Track(pb)
+				pw, ps, pb := pack(b, f, s, w, sc, bi, 32, 4)
 				b.ResetTimer()
 				for range b.N {
 					g := NewFrame(s)
