@@ -573,7 +573,7 @@ func (b *Batch) attend(li int, q, k, v mlx.Array, scale float32, sinks mlx.Array
 			qp = f.Take(q, part.qIdx, 0)
 		}
 		if part.paged {
-			outs[i] = f.PagedDecode(qp, p.k[src], p.v[src], part.table, part.meta, BlockTokens, p.groups[gi].window, scale, sinks)
+			outs[i] = f.PagedDecode(qp, p.k[src], p.v[src], part.table, part.meta, BlockTokens, p.groups[gi].window, scale, sinks, pagedKeys)
 			continue
 		}
 		qq := f.Transpose(f.Reshape(qp, part.R, part.Tq, H, D), 0, 2, 1, 3)

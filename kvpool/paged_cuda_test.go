@@ -9,7 +9,8 @@ import (
 // TestAttendPagedCUDA runs TestAttendMatchesNaive's steps on MLX's CUDA
 // backend, where single-token rows attend through the paged decode kernel
 // (mlx PagedDecode), in float32 and float16, with head sizes the kernel
-// serves (64 and 128), and once more through the MLX-ops path it replaces.
+// serves (64 and 128), one and four keys per warp turn, and once more
+// through the MLX-ops path it replaces.
 // The float32 bound is looser than the CPU's: MLX's CUDA matmuls of the
 // prefill chunks (MLX-ops path) round through TF32.
 // It needs a CUDA device and says so where there is none.
@@ -32,13 +33,18 @@ func TestAttendPagedCUDA(t *testing.T) {
 		D    int
 		ops  bool
 		tol  float64
+		keys int
 	}{
-		{"float32-128", mlx.Float32, 128, false, 2e-3},
-		{"float32-64", mlx.Float32, 64, false, 2e-3},
-		{"float16-128", mlx.Float16, 128, false, 1e-2},
-		{"ops-float32-128", mlx.Float32, 128, true, 2e-3},
+		{"float32-128", mlx.Float32, 128, false, 2e-3, 4},
+		{"float32-128-keys1", mlx.Float32, 128, false, 2e-3, 1},
+		{"float32-64", mlx.Float32, 64, false, 2e-3, 4},
+		{"float16-128", mlx.Float16, 128, false, 1e-2, 4},
+		{"float16-128-keys1", mlx.Float16, 128, false, 1e-2, 1},
+		{"ops-float32-128", mlx.Float32, 128, true, 2e-3, 4},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			defer func(k int) { pagedKeys = k }(pagedKeys)
+			pagedKeys = c.keys
 			th.Do(func() {
 				s, err := mlx.GPU()
 				if err != nil {

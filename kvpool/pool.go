@@ -79,6 +79,10 @@ func RingBlocks(w int) int {
 	return (w-1+BlockTokens-1)/BlockTokens + 1
 }
 
+// pagedKeys is how many consecutive keys each warp of the CUDA paged
+// decode kernel takes per turn (the tests also run 1).
+var pagedKeys = 4
+
 // New makes an empty pool for layers whose cached elements have dtype d,
 // on stream s (which must outlive the pool).
 func New(s mlx.Stream, d mlx.Dtype, layers []Layer, opt Options) (*Pool, error) {

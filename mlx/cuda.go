@@ -24,13 +24,15 @@ func CUDAAvailable() (bool, error) {
 // visible position. A query sees the keys of its row from max(0, position
 // - window + 1) (0 when window is 0) through its last visible position;
 // heads share a key head in groups of H / KVHeads; sinks [H] (invalid for
-// none) is one logit per head in each softmax's denominator. The result is
+// none) is one logit per head in each softmax's denominator. Each warp of
+// a query's block takes keys consecutive keys per turn (1 to 8: loads in
+// flight against registers). The result is
 // [P, H, D] in q's dtype. It runs only on a CUDA stream: elsewhere the
 // frame fails, and callers use the MLX-ops attention (Attention over
 // gathered keys), which computes the same.
-func (f *Frame) PagedDecode(q, kPool, vPool, table, meta Array, block, window int, scale float32, sinks Array) Array {
+func (f *Frame) PagedDecode(q, kPool, vPool, table, meta Array, block, window int, scale float32, sinks Array, keys int) Array {
 	return f.op("paged_decode", func(r *C.mlx_array) C.int {
 		return C.mlx_cuda_paged_decode(r, q.c, kPool.c, vPool.c, table.c, meta.c, C.int(block), C.int(window),
-			C.float(scale), sinks.c, f.s.c)
+			C.float(scale), sinks.c, C.int(keys), f.s.c)
 	}, q, kPool, vPool, table, meta)
 }

@@ -149,7 +149,7 @@ int mlx_cuda_available(bool* res);
    pool, as a CUDA kernel (see Frame.PagedDecode). */
 int mlx_cuda_paged_decode(mlx_array* res, const mlx_array q, const mlx_array k_pool, const mlx_array v_pool,
                           const mlx_array table, const mlx_array meta, int block, int window, float scale,
-                          const mlx_array sinks, const mlx_stream s);
+                          const mlx_array sinks, int keys, const mlx_stream s);
 int mlx_tanh(mlx_array* res, const mlx_array a, const mlx_stream s);
 int mlx_erf(mlx_array* res, const mlx_array a, const mlx_stream s);
 int mlx_cos(mlx_array* res, const mlx_array a, const mlx_stream s);

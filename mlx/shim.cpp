@@ -644,10 +644,13 @@ int mlx_distributed_all_gather(mlx_array* res, const mlx_array x, const mlx_dist
 namespace {
 
 // The body of the paged decode attention kernel (CUDA, compiled at run time
-// by MLX). One block per (query, head): its W warps take every W-th visible
-// key of the query's row, each lane D/32 elements of a key; a warp keeps a
-// running max, sum and weighted value sum, and warp 0 merges the W partial
-// results (with the head's sink logit, if any, in the denominator).
+// by MLX). One block per (query, head): its W warps take turns over the
+// visible keys of the query's row, U consecutive keys per turn (U loads in
+// flight, U dot products reduced together, one softmax rescale per turn);
+// lane j holds elements j, j+32, ... of a key, so each load of a warp reads
+// 32 consecutive elements. A warp keeps a running max, sum and weighted
+// value sum, and warp 0 merges the W partial results (with the head's sink
+// logit, if any, in the denominator).
 constexpr const char* kPagedDecodeSource = R"(
   constexpr int EPL = D / 32;
   const int h = blockIdx.x;
@@ -661,38 +664,63 @@ constexpr const char* kPagedDecodeSource = R"(
   const int row = meta[3 * i], pos = meta[3 * i + 1], last = meta[3 * i + 2];
   const int lo = WINDOW > 0 ? max(0, pos - WINDOW + 1) : 0;
   const float scale = __int_as_float(SCALE_BITS);
-  float qv[EPL];
-  const T* qr = q + ((size_t)i * H + h) * D + lane * EPL;
-  for (int e = 0; e < EPL; e++) {
-    qv[e] = static_cast<float>(qr[e]) * scale;
-  }
   const float ninf = -__int_as_float(0x7f800000);
-  float m = ninf, l = 0.f, acc[EPL];
+  float qv[EPL], acc[EPL];
+  const T* qr = q + ((size_t)i * H + h) * D + lane;
+#pragma unroll
   for (int e = 0; e < EPL; e++) {
+    qv[e] = static_cast<float>(qr[e * 32]) * scale;
     acc[e] = 0.f;
   }
+  float m = ninf, l = 0.f;
   const int* tr = table + (size_t)row * MB;
-  for (int kp = lo + w; kp <= last; kp += W) {
-    const int slot = tr[kp / BLOCK] * BLOCK + kp % BLOCK;
-    const size_t off = ((size_t)slot * KVH + kvh) * D + lane * EPL;
-    float kv[EPL], vv[EPL];
-    for (int e = 0; e < EPL; e++) {
-      kv[e] = static_cast<float>(kpool[off + e]);
-      vv[e] = static_cast<float>(vpool[off + e]);
+  for (int kb = lo + w * U; kb <= last; kb += W * U) {
+    float d[U], vv[U][EPL];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const int kp = kb + u;
+      d[u] = 0.f;
+      if (kp <= last) {
+        const size_t off = ((size_t)(tr[kp / BLOCK] * BLOCK + kp % BLOCK) * KVH + kvh) * D + lane;
+#pragma unroll
+        for (int e = 0; e < EPL; e++) {
+          d[u] += qv[e] * static_cast<float>(kpool[off + e * 32]);
+          vv[u][e] = static_cast<float>(vpool[off + e * 32]);
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < EPL; e++) {
+          vv[u][e] = 0.f;
+        }
+      }
     }
-    float s = 0.f;
-    for (int e = 0; e < EPL; e++) {
-      s += qv[e] * kv[e];
-    }
+#pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
-      s += __shfl_xor_sync(0xffffffff, s, o);
+#pragma unroll
+      for (int u = 0; u < U; u++) {
+        d[u] += __shfl_xor_sync(0xffffffff, d[u], o);
+      }
     }
-    const float mn = fmaxf(m, s);
+    float mn = m;
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      d[u] = kb + u <= last ? d[u] : ninf;
+      mn = fmaxf(mn, d[u]);
+    }
     const float a = __expf(m - mn);
-    const float p = __expf(s - mn);
-    l = l * a + p;
+    l *= a;
+#pragma unroll
     for (int e = 0; e < EPL; e++) {
-      acc[e] = acc[e] * a + p * vv[e];
+      acc[e] *= a;
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const float p = __expf(d[u] - mn);
+      l += p;
+#pragma unroll
+      for (int e = 0; e < EPL; e++) {
+        acc[e] += p * vv[u][e];
+      }
     }
     m = mn;
   }
@@ -701,8 +729,9 @@ constexpr const char* kPagedDecodeSource = R"(
     sm[w] = m;
     sl[w] = l;
   }
+#pragma unroll
   for (int e = 0; e < EPL; e++) {
-    sacc[w * D + lane * EPL + e] = acc[e];
+    sacc[w * D + e * 32 + lane] = acc[e];
   }
   __syncthreads();
   if (w != 0) {
@@ -716,19 +745,22 @@ constexpr const char* kPagedDecodeSource = R"(
   M = fmaxf(M, sink);
   float L = HAS_SINKS ? __expf(sink - M) : 0.f;
   float out[EPL];
+#pragma unroll
   for (int e = 0; e < EPL; e++) {
     out[e] = 0.f;
   }
   for (int j = 0; j < W; j++) {
     const float c = sm[j] == ninf ? 0.f : __expf(sm[j] - M);
     L += sl[j] * c;
+#pragma unroll
     for (int e = 0; e < EPL; e++) {
-      out[e] += sacc[j * D + lane * EPL + e] * c;
+      out[e] += sacc[j * D + e * 32 + lane] * c;
     }
   }
-  T* orow = o + ((size_t)i * H + h) * D + lane * EPL;
+  T* orow = o + ((size_t)i * H + h) * D + lane;
+#pragma unroll
   for (int e = 0; e < EPL; e++) {
-    orow[e] = static_cast<T>(out[e] / L);
+    orow[e * 32] = static_cast<T>(out[e] / L);
   }
 )";
 
@@ -740,13 +772,16 @@ int mlx_cuda_available(bool* res) {
 
 int mlx_cuda_paged_decode(mlx_array* res, const mlx_array q, const mlx_array k_pool, const mlx_array v_pool,
                           const mlx_array table, const mlx_array meta, int block, int window, float scale,
-                          const mlx_array sinks, const mlx_stream s) {
+                          const mlx_array sinks, int keys, const mlx_stream s) {
   return guard([&] {
     static auto kernel = mx::fast::cuda_kernel("paged_decode", {"q", "kpool", "vpool", "table", "meta", "sinks"}, {"o"},
                                                kPagedDecodeSource, "", /*ensure_row_contiguous=*/true);
     const mx::array& qa = arr(q);
     if (qa.ndim() != 3 || qa.shape(2) % 32 != 0 || qa.shape(2) > 512) {
       throw std::invalid_argument("paged_decode: needs q [P, H, D] with D a multiple of 32, at most 512");
+    }
+    if (keys < 1 || keys > 8) {
+      throw std::invalid_argument("paged_decode: keys per turn must be 1 to 8");
     }
     constexpr int warps = 8;
     const int P = qa.shape(0), H = qa.shape(1), D = qa.shape(2);
@@ -762,7 +797,8 @@ int mlx_cuda_paged_decode(mlx_array* res, const mlx_array q, const mlx_array k_p
                        {"BLOCK", block},
                        {"WINDOW", window},
                        {"SCALE_BITS", scale_bits},
-                       {"HAS_SINKS", has_sinks}},
+                       {"HAS_SINKS", has_sinks},
+                       {"U", keys}},
                       std::nullopt, false, strm(s));
     set(res, out[0]);
   });

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The GPU runs of one device session, by phase, on a machine where
+# prepare.sh's carry was unpacked (env.sh sourced; /tmp/provider,
+# /tmp/kvpool.test, /tmp/llama.test, /tmp/tok). Each phase writes a folder
+# under R and tars it into R/PHASE.tgz (a call returns at most 8 files).
+#
+#   bash scripts/gpu/session.sh test     # kvpool's CUDA test (paged decode kernel), decode-step benchmark
+#   SERVERS=ours bash scripts/gpu/session.sh llama      # bench_gpu.sh llama
+#   SERVERS=ours,mlx-lm bash scripts/gpu/session.sh prefix
+#
+# The decode-step benchmark (model/llama BenchmarkDecodeStep) times steps
+# of 1 and 8 rows on the random Llama-2-7B-shape checkpoint, after prompts
+# of 120 and 2,048 tokens, with decode attention through gathered keys and
+# through the paged kernel (PROVIDER_GPU_PAGED=1).
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$ROOT"
+PHASE=${1:?usage: session.sh test|llama|prefix}
+R=${R:-${OUT:?set OUT or R}}
+D=/tmp/session-$PHASE
+rm -rf "$D" && mkdir -p "$D"
+export WORK=${WORK:-/tmp/provider-gpubench}
+CKPT=$WORK/llama2-7b-4bit
+case "$(nvidia-smi --query-gpu=name --format=csv,noheader)" in
+*H100*) export HBM_BYTES_PER_S=${HBM_BYTES_PER_S:-3.35e12} ;;
+*) export HBM_BYTES_PER_S=${HBM_BYTES_PER_S:-4.8e12} ;;
+esac
+checkpoint() {
+	mkdir -p "$WORK"
+	[ -f "$CKPT/config.json" ] ||
+		python3 scripts/make_random_llama.py --preset llama2-7b --out "$CKPT" --tokenizer /tmp/tok/llama2.json >"$D/checkpoint.txt" 2>&1
+}
+case $PHASE in
+test)
+	nvidia-smi >"$D/nvidia-smi.txt" 2>&1
+	(cd kvpool && timeout 240 /tmp/kvpool.test -test.run 'TestAttendPagedCUDA' -test.v) >"$D/kvpool.txt" 2>&1
+	echo "kvpool test: exit $?"
+	grep -E '^(=== RUN|--- |PASS|FAIL|ok)|Error|error' "$D/kvpool.txt" | head -40
+	checkpoint
+	for prompt in 120 2048; do
+		for paged in 0 1; do
+			(cd model/llama && PROVIDER_GPU_PAGED=$paged PROVIDER_BENCH_MODEL=$CKPT PROVIDER_BENCH_PROMPT=$prompt \
+				timeout 150 /tmp/llama.test -test.run '^$' -test.bench 'BenchmarkDecodeStep' -test.benchtime 30x) \
+				>"$D/step-prompt$prompt-paged$paged.txt" 2>&1
+			echo "prompt $prompt paged $paged: exit $?"
+			grep -E '^Benchmark' "$D/step-prompt$prompt-paged$paged.txt"
+		done
+	done
+	;;
+llama)
+	checkpoint
+	OUT=$D PROVIDER=/tmp/provider TOKENIZER_LLAMA=/tmp/tok/llama2.json CONCURRENCY=${CONCURRENCY:-1,8,16,32,64} \
+		REQUESTS=${REQUESTS:-64} WARM_REQUESTS=${WARM_REQUESTS:-16} MAX_TOKENS=${MAX_TOKENS:-64} \
+		timeout "${LIMIT:-480}" bash scripts/bench_gpu.sh llama
+	echo "bench llama: exit $?"
+	grep -h -E 'warm-up|slow step' "$D"/logs/ours*.log 2>/dev/null | head -20
+	;;
+prefix)
+	checkpoint
+	OUT=$D PROVIDER=/tmp/provider TOKENIZER_LLAMA=/tmp/tok/llama2.json MAX_TOKENS=${MAX_TOKENS:-64} \
+		timeout "${LIMIT:-480}" bash scripts/bench_gpu.sh prefix
+	echo "bench prefix: exit $?"
+	grep -h -E 'warm-up|slow step' "$D"/logs/ours*.log 2>/dev/null | head -20
+	;;
+*)
+	echo "session.sh: unknown phase $PHASE" >&2
+	exit 2
+	;;
+esac
+tar czf "$R/$PHASE${TAG:-}.tgz" -C /tmp "session-$PHASE"
