@@ -1858,13 +1858,13 @@ struct Paged {
 // positions), one query (token, head) to a lane, L = T * rep <= 16 lanes.
 // Its phases: scores take every key of the tokens' joint range once for
 // all lanes, eight keys at a time, lane l's score a chain of D fused
-// multiply-adds in d order; then per lane, over its own range only, in key
-// order, the maximum, the exponentials and their sum (from the sink's
-// term, if any, and sixteen partial sums by key); then per lane and 16
-// elements, the values' weighted sum over its keys in order. A query's
-// floats are therefore the same whichever tokens share its tile and
-// however the phases are split among threads: alone, in a decode batch or
-// inside a prefill chunk.
+// multiply-adds in d order; then, key-major over all lanes at once (a
+// lane masked off outside its own range), the maxima, the exponentials
+// and their sums, lane l's sum the sink's term, if any, plus one chain
+// over its keys in order; then per lane and 16 elements, the values'
+// weighted sum over its keys in order. A query's floats are therefore the
+// same whichever tokens share its tile and however the phases are split
+// among threads: alone, in a decode batch or inside a prefill chunk.
 struct PTile {
   const Paged* a;
   int i0, L, kh, rep, klo, n;
@@ -1967,32 +1967,66 @@ struct PTile {
     }
   }
 
-  // softmax turns lane l's scores over its keys into exponentials (in
-  // place) and records their sum.
-  PROVIDER_AVX512 void softmax(int l) {
+  // within is the lanes valid for key y: lo[l] <= y[l] <= hi[l].
+  PROVIDER_AVX512 static __mmask16 within(__m512i lo, __m512i hi, __m512i y) {
+    return _mm512_cmple_epi32_mask(lo, y) & _mm512_cmple_epi32_mask(y, hi);
+  }
+
+  // softmax turns every lane's scores over its own keys into exponentials
+  // (in place; a lane's entries outside its range become 0) and records
+  // their sums. It goes key-major over all lanes at once: a pass for the
+  // lanes' maxima (from the sink's logit, if any), then a pass that
+  // exponentiates each key's row and adds it to one running sum per lane,
+  // keys in order, invalid lanes adding 0. Lane l's sum is thus the sink's
+  // term plus a chain over its own keys in order, whatever the other lanes
+  // hold; nothing is reduced across lanes.
+  PROVIDER_AVX512 void softmax() {
     float* S = sc.data();
-    const float* sink = a->sinks != nullptr ? a->sinks + kh * rep + l % rep : nullptr;
-    const int x0 = lo[l] - klo, x1 = hi[l] - klo;
-    float m = sink != nullptr ? *sink : -INFINITY;
-    for (int y = x0; y <= x1; y++) {
-      m = std::max(m, S[static_cast<size_t>(y) * 16 + l]);
+    alignas(64) int32_t lov[16], hiv[16];
+    alignas(64) float mv[16];
+    for (int l = 0; l < 16; l++) {
+      lov[l] = l < L ? lo[l] - klo : INT32_MAX;
+      hiv[l] = l < L ? hi[l] - klo : -1;
+      mv[l] = l < L && a->sinks != nullptr ? a->sinks[kh * rep + l % rep] : -INFINITY;
     }
-    // Sixteen keys' exponentials at a time (gathered from the lane's
-    // column and scattered back), summed in sixteen partial sums by key
-    // index from the lane's first key, reduced in a fixed order, then
-    // added to the sink's term.
-    const __m512i stride = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240);
-    __m512 part = _mm512_setzero_ps();
-    for (int y = x0; y <= x1; y += 16) {
-      const int c = std::min(16, x1 - y + 1);
-      const __mmask16 k = c == 16 ? 0xFFFF : static_cast<__mmask16>((1u << c) - 1);
-      float* col = S + static_cast<size_t>(y) * 16 + l;
-      const __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, stride, col, 4);
-      const __m512 e = _mm512_maskz_mov_ps(k, exp512(_mm512_sub_ps(v, _mm512_set1_ps(m))));
-      _mm512_mask_i32scatter_ps(col, k, stride, e, 4);
-      part = _mm512_add_ps(part, e);
+    const __m512i lo16 = _mm512_load_si512(lov), hi16 = _mm512_load_si512(hiv), one = _mm512_set1_epi32(1);
+    // The maximum is exact whatever the order: four chains, for latency.
+    __m512 m4[4];
+    for (int c = 0; c < 4; c++) {
+      m4[c] = _mm512_load_ps(mv);
     }
-    sums[l] = (sink != nullptr ? std::exp(*sink - m) : 0.0f) + hsum512(part);
+    __m512i yv = _mm512_setzero_si512();
+    int y = 0;
+    for (; y + 4 <= n; y += 4) {
+      #pragma GCC unroll 4
+      for (int c = 0; c < 4; c++) {
+        const __m512 r = _mm512_loadu_ps(S + static_cast<size_t>(y + c) * 16);
+        m4[c] = _mm512_mask_max_ps(m4[c], within(lo16, hi16, yv), m4[c], r);
+        yv = _mm512_add_epi32(yv, one);
+      }
+    }
+    for (; y < n; y++) {
+      const __m512 r = _mm512_loadu_ps(S + static_cast<size_t>(y) * 16);
+      m4[0] = _mm512_mask_max_ps(m4[0], within(lo16, hi16, yv), m4[0], r);
+      yv = _mm512_add_epi32(yv, one);
+    }
+    const __m512 m = _mm512_max_ps(_mm512_max_ps(m4[0], m4[1]), _mm512_max_ps(m4[2], m4[3]));
+    __m512 sum = _mm512_setzero_ps();
+    yv = _mm512_setzero_si512();
+    for (y = 0; y < n; y++) {
+      float* row = S + static_cast<size_t>(y) * 16;
+      const __mmask16 k = within(lo16, hi16, yv);
+      const __m512 e = _mm512_maskz_mov_ps(k, exp512(_mm512_maskz_sub_ps(k, _mm512_loadu_ps(row), m)));
+      _mm512_storeu_ps(row, e);
+      sum = _mm512_add_ps(sum, e);
+      yv = _mm512_add_epi32(yv, one);
+    }
+    alignas(64) float s[16];
+    _mm512_store_ps(s, sum);
+    _mm512_store_ps(mv, m);
+    for (int l = 0; l < L; l++) {
+      sums[l] = (a->sinks != nullptr ? std::exp(a->sinks[kh * rep + l % rep] - mv[l]) : 0.0f) + s[l];
+    }
   }
 
   // values adds, for lane l and elements [d0, d0 + 16*G) (G <= 8 chunks
@@ -2038,9 +2072,7 @@ struct PTile {
   // first-level cache.
   PROVIDER_AVX512 void run(float* out) {
     scores(0, n);
-    for (int l = 0; l < L; l++) {
-      softmax(l);
-    }
+    softmax();
     const int KB = 32;
     for (int b0 = 0; b0 < n; b0 += KB) {
       for (int l = 0; l < L; l++) {
@@ -2101,7 +2133,7 @@ void paged_attend(const Paged& a, float* out) {
       return;
     }
     // Few units (a small decode batch at a long context): each phase split
-    // across the threads, by keys, by lanes, then by lanes and elements.
+    // across the threads, by keys, by tiles, then by lanes and elements.
     // (A thread_local named inside the tasks would be each worker's own:
     // they reach the caller's through this reference.)
     thread_local std::vector<PTile> held;
@@ -2118,13 +2150,7 @@ void paged_attend(const Paged& a, float* out) {
       }
     }
     Pool::get().run(static_cast<int>(jobs.size()), [&](int q) { us[jobs[q][0]].scores(jobs[q][1], jobs[q][2]); });
-    jobs.clear();
-    for (int t = 0; t < units; t++) {
-      for (int l = 0; l < us[t].L; l++) {
-        jobs.push_back({t, l, 0});
-      }
-    }
-    Pool::get().run(static_cast<int>(jobs.size()), [&](int q) { us[jobs[q][0]].softmax(jobs[q][1]); });
+    Pool::get().run(units, [&](int t) { us[t].softmax(); });
     jobs.clear();
     for (int t = 0; t < units; t++) {
       for (int l = 0; l < us[t].L; l++) {
