@@ -2249,9 +2249,10 @@ bool on_cpu(const mx::Stream& s) {
 
 }  // namespace
 
-// rowc is a in row-contiguous layout on stream st: a itself when it is
-// already evaluated that way (uploaded weights, host data), saving the
-// graph a Contiguous node per use; else a Contiguous of it.
+// rowc is a in row-contiguous layout on stream st, for data read directly
+// after an eval: a itself when it is already evaluated that way (uploaded
+// weights, host data); else a Contiguous of it. (HostOp's inputs need no
+// such node: it copies a strided input densely when it runs.)
 static mx::array rowc(const mx::array& a, const mx::Stream& st) {
   if (a.is_available() && a.flags().row_contiguous) {
     return a;
@@ -2272,9 +2273,9 @@ int mlx_fast_cpu_rms_norm(mlx_array* res, const mlx_array x, const mlx_array wei
       set(res, mx::fast::rms_norm(xa, has_w ? std::optional<mx::array>(arr(weight)) : std::nullopt, eps, st));
       return;
     }
-    std::vector<mx::array> in{rowc(xa, st)};
+    std::vector<mx::array> in{xa};
     if (has_w) {
-      in.push_back(rowc(arr(weight), st));
+      in.push_back(arr(weight));
     }
     set(res, mx::array(xa.shape(), mx::float32,
                        std::make_shared<HostOp>(st, "FastRMSNorm",
@@ -2307,7 +2308,7 @@ int mlx_fast_cpu_swiglu(mlx_array* res, const mlx_array g, const mlx_array u, co
                                                     swiglu_range(g, u, t * chunk, std::min(n, (t + 1) * chunk), o);
                                                   });
                                                 }),
-                       {rowc(ga, st), rowc(ua, st)}));
+                       {ga, ua}));
   });
 }
 
@@ -2330,10 +2331,10 @@ int mlx_fast_cpu_rope(mlx_array* res, const mlx_array x, int dims, bool traditio
     }
     std::vector<mx::array> in{xa};
     if (dyn) {
-      in.push_back(rowc(mx::astype(arr(offsets), mx::int32, st), st));
+      in.push_back(mx::astype(arr(offsets), mx::int32, st));
     }
     if (has_f) {
-      in.push_back(rowc(mx::astype(arr(freqs), mx::float32, st), st));
+      in.push_back(mx::astype(arr(freqs), mx::float32, st));
     }
     const float bv = base.has_value ? base.value : 10000.0f;
     auto fn = [dims, traditional, bv, scale, offset, dyn, has_f](const std::vector<mx::array>& in, mx::array& out) {
@@ -2371,7 +2372,7 @@ int mlx_fast_cpu_sdpa(mlx_array* res, const mlx_array q, const mlx_array k, cons
     }
     std::vector<mx::array> in{qa, ka, va};
     if (has_s) {
-      in.push_back(rowc(mx::astype(arr(sinks), mx::float32, st), st));
+      in.push_back(mx::astype(arr(sinks), mx::float32, st));
     }
     const bool causal = mode == "causal";
     auto fn = [scale, causal, has_s](const std::vector<mx::array>& in, mx::array& out) {
@@ -2411,9 +2412,9 @@ static int affine_linear(mlx_array* res, const mlx_array x, const mlx_array w, c
     const mx::Dtype out_type = xa.dtype();
     // Weights, scales and biases are used in place (they are row-contiguous
     // as uploaded; contiguous() is a no-op then); only activations convert.
-    std::vector<mx::array> in{rowc(mx::astype(xa, mx::float32, st), st),
-                              rowc(wa, st), rowc(sa, st),
-                              rowc(ba, st)};
+    std::vector<mx::array> in{mx::astype(xa, mx::float32, st),
+                              wa, sa,
+                              ba};
     const mx::Dtype sd = sa.dtype();
 #if PROVIDER_X86
     const bool q8 = int8 && have_vnni() && k % 64 == 0 && group_size % 32 == 0 && group_size <= 512 &&
@@ -2517,7 +2518,7 @@ int mlx_fast_affine_linear_packed(mlx_array* res, const mlx_array x, const mlx_a
     mx::Shape shape = xa.shape();
     shape.back() = n;
     const mx::Dtype out_type = xa.dtype();
-    std::vector<mx::array> in{rowc(mx::astype(xa, mx::float32, st), st), rowc(wa, st), rowc(sa, st), rowc(ba, st)};
+    std::vector<mx::array> in{mx::astype(xa, mx::float32, st), wa, sa, ba};
     const mx::Dtype sd = sa.dtype();
     auto fn = [k, n, bits, sd](const std::vector<mx::array>& in, mx::array& out) {
       PJob j{in[0].data<float>(), static_cast<int>(rows_of(in[0])), k, n, bits, in[1].data<uint8_t>(),
@@ -2545,7 +2546,7 @@ int mlx_fast_packed_embed(mlx_array* res, const mlx_array ids, const mlx_array w
     const int rows = packed_params(wa, sa, ba, k, bits);
     mx::Shape shape = ia.shape();
     shape.push_back(k);
-    std::vector<mx::array> in{rowc(mx::astype(ia, mx::int32, st), st), rowc(wa, st), rowc(sa, st), rowc(ba, st)};
+    std::vector<mx::array> in{mx::astype(ia, mx::int32, st), wa, sa, ba};
     const mx::Dtype sd = sa.dtype();
     auto fn = [k, bits, rows, sd](const std::vector<mx::array>& in, mx::array& out) {
       const int32_t* id = in[0].data<int32_t>();
@@ -2589,21 +2590,21 @@ int mlx_fast_paged_attention(mlx_array* res, const mlx_array q, const mlx_array 
         vp.data_size() != vp.size() || arr(meta).ndim() != 2 || arr(meta).shape(1) != 3) {
       throw std::invalid_argument("paged_attention: needs float32 q [N, H, D], evaluated row-contiguous pools [slots, KVH, D] on the CPU and meta [N, 3]");
     }
-    std::vector<mx::array> in{rowc(qa, st), kp, vp,
-                              rowc(mx::astype(arr(table), mx::int32, st), st),
-                              rowc(mx::astype(arr(meta), mx::int32, st), st)};
+    std::vector<mx::array> in{qa, kp, vp,
+                              mx::astype(arr(table), mx::int32, st),
+                              mx::astype(arr(meta), mx::int32, st)};
     if (write) {
       const mx::array &kn = arr(k_new), &vn = arr(v_new);
       if (kn.ndim() != 3 || kn.shape(0) != qa.shape(0) || kn.shape(1) != kp.shape(1) || kn.shape(2) != kp.shape(2) ||
           vn.shape() != kn.shape()) {
         throw std::invalid_argument("paged_attention: new keys and values must be [N, KVH, D]");
       }
-      in.push_back(rowc(mx::astype(kn, mx::float32, st), st));
-      in.push_back(rowc(mx::astype(vn, mx::float32, st), st));
-      in.push_back(rowc(mx::astype(arr(slots), mx::int32, st), st));
+      in.push_back(mx::astype(kn, mx::float32, st));
+      in.push_back(mx::astype(vn, mx::float32, st));
+      in.push_back(mx::astype(arr(slots), mx::int32, st));
     }
     if (has_s) {
-      in.push_back(rowc(mx::astype(arr(sinks), mx::float32, st), st));
+      in.push_back(mx::astype(arr(sinks), mx::float32, st));
     }
     const int N = qa.shape(0), H = qa.shape(1), D = qa.shape(2), KVH = kp.shape(1);
     auto fn = [=](const std::vector<mx::array>& in, mx::array& out) {
