@@ -29,7 +29,9 @@
 # MAX_TOKENS new) at PREFIX_CONCURRENCY against ours (prefix cache on, RAM
 # tier), ours with PROVIDER_PREFIX_CACHE=0 and mlx_lm.server (its prompt
 # cache on, its default), one server up at a time, each after a random
-# warm-up that shares no prefix with the measured prompts.
+# warm-up of prompts as long as the measured ones (so a GPU backend has
+# compiled the kernels of those prefill shapes) that shares no prefix with
+# them.
 #
 # Settings: OUT (results folder, required), TOKENIZER_LLAMA and
 # TOKENIZER_GPTOSS (tokenizer.json paths), SERVERS (llama mode: ours,
@@ -208,7 +210,7 @@ prefix)
 	LEVELS=${PREFIX_CONCURRENCY:-1,8}
 	prefix_run() { # target url
 		"$PROVIDER" bench --target "$1=$2" --model "$NAME" --endpoint completions --concurrency "$LEVELS" \
-			--requests 16 --prompts random --prompt-tokens 256 --max-tokens 16 --ignore-eos --warmup 0 --seed 99 \
+			--requests 16 --prompts random --prompt-tokens "${PREFIX_PROMPT_TOKENS:-2112}" --max-tokens 16 --ignore-eos --warmup 0 --seed 99 \
 			--progress=false --out "$WORK/warm-prefix-$1" >/dev/null
 		"$PROVIDER" bench --target "$1=$2" --model "$NAME" --endpoint completions --concurrency "$LEVELS" \
 			--requests "${PREFIX_REQUESTS:-32}" --prompts shared-prefix --prompt-tokens "${PREFIX_PROMPT_TOKENS:-2112}" \

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/goprovider/provider/engine"
@@ -50,14 +51,15 @@ func warmUp(ctx context.Context, name string, g *slotGen, vocab, maxConc, ctxLen
 	log.Info("warm-up: compiling the GPU kernels of each step shape", "model", name, "prefills", len(prefills), "row_counts", rows)
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Minute)
 	defer cancel()
-	seq := 0
+	// gen runs concurrently for the row counts: each takes its own number.
+	var seq atomic.Int64
 	gen := func(promptLen, tokens int) error {
-		seq++
+		n := int(seq.Add(1))
 		prompt := make([]int32, promptLen)
 		for i := range prompt {
-			prompt[i] = int32((seq*131 + i*17) % vocab)
+			prompt[i] = int32((n*131 + i*17) % vocab)
 		}
-		ch, err := g.Submit(ctx, engine.Generation{ID: engine.RequestID(fmt.Sprintf("warm-up-%s-%d", name, seq)), Prompt: prompt,
+		ch, err := g.Submit(ctx, engine.Generation{ID: engine.RequestID(fmt.Sprintf("warm-up-%s-%d", name, n)), Prompt: prompt,
 			MaxTokens: tokens, TopLogprobs: -1, IgnoreEOS: true})
 		if err != nil {
 			return err
