@@ -89,13 +89,20 @@ func New(s mlx.Stream, d mlx.Dtype, layers []Layer, opt Options) (*Pool, error) 
 	p := &Pool{s: s, dtype: d, opt: opt, layers: layers, group: make([]int, len(layers)),
 		k: make([]mlx.Array, len(layers)), v: make([]mlx.Array, len(layers))}
 	p.fused = !opt.Ops && d == mlx.Float32 && s.IsCPU()
-	// Opt-in until it has run on a CUDA device (TestAttendPagedCUDA).
-	if !opt.Ops && !s.IsCPU() && os.Getenv("PROVIDER_GPU_PAGED") == "1" {
-		ok, err := mlx.CUDAAvailable()
-		if err != nil {
-			return nil, err
+	// On CUDA, decode rows attend through the paged kernel unless
+	// PROVIDER_GPU_PAGED=0 keeps the MLX-ops path.
+	if !opt.Ops && !s.IsCPU() {
+		switch v := os.Getenv("PROVIDER_GPU_PAGED"); v {
+		case "", "1":
+			ok, err := mlx.CUDAAvailable()
+			if err != nil {
+				return nil, err
+			}
+			p.paged = ok
+		case "0":
+		default:
+			return nil, fmt.Errorf("kvpool: PROVIDER_GPU_PAGED=%q: want 0 or 1", v)
 		}
-		p.paged = ok
 	}
 	byWindow := map[int]int{}
 	for i, l := range layers {

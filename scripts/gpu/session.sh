@@ -11,7 +11,7 @@
 # The decode-step benchmark (model/llama BenchmarkDecodeStep) times steps
 # of 1 and 8 rows on the random Llama-2-7B-shape checkpoint, after prompts
 # of 120 and 2,048 tokens, with decode attention through gathered keys and
-# through the paged kernel (PROVIDER_GPU_PAGED=1).
+# through the paged kernel (PROVIDER_GPU_PAGED=0 and 1).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
