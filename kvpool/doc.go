@@ -49,10 +49,13 @@
 // multiples of 16, works in query tiles: up to 16 (token, head) pairs of
 // one row's consecutive tokens and one key-value head share every key and
 // value read (a prefill chunk's keys are read once per tile, not once per
-// token). Each query's floats come from its own chains of operations in
-// key and element order, so they are the same whether the query is alone,
-// in a decode batch or inside a prefill chunk, and however a small batch at
-// a long context is split across the threads (TestAttendSameAloneAndBatched).
+// token). A score is a dot product over 16-element chunks of the head
+// reduced 16 keys at a time (keys grouped by position, so a decode tile of
+// 3 lanes costs no more per score than a full one), and each query's
+// floats come from its own operations in one fixed order, so they are the
+// same whether the query is alone, in a decode batch or inside a prefill
+// chunk, and however a small batch at a long context is split across the
+// threads (TestAttendSameAloneAndBatched).
 //
 // On CUDA, single-token (decode) rows skip the gather: one kernel per
 // layer (mlx PagedDecode, compiled by MLX at run time) reads each row's

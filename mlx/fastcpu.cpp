@@ -1856,21 +1856,25 @@ struct Paged {
 // PTile is one unit of paged_attend's AVX-512 path: the query heads of
 // key-value head kh for tokens i0 .. i0+T-1 (one row, consecutive
 // positions), one query (token, head) to a lane, L = T * rep <= 16 lanes.
-// Its phases: scores take every key of the tokens' joint range once for
-// all lanes, eight keys at a time, lane l's score a chain of D fused
-// multiply-adds in d order; then, key-major over all lanes at once (a
-// lane masked off outside its own range), the maxima, the exponentials
-// and their sums, lane l's sum the sink's term, if any, plus one chain
-// over its keys in order; then per lane and 16 elements, the values'
-// weighted sum over its keys in order. A query's floats are therefore the
-// same whichever tokens share its tile and however the phases are split
-// among threads: alone, in a decode batch or inside a prefill chunk.
+// Keys go in groups of 16 aligned to their positions (the joint range
+// widened to multiples of 16; keys outside a lane's range are computed
+// and ignored). Its phases: scores take every group once for all lanes,
+// lane l's score for a key 16 chains of D/16 fused multiply-adds (one per
+// element mod 16) reduced by one fixed network, in which a key's slot is
+// its position mod 16; then per lane, 16 keys at a time, the maximum (from
+// the sink's logit, if any), the exponentials, and their sum: 16 running
+// sums by position mod 16 over the lane's own keys in order, reduced in a
+// fixed order, plus the sink's term; then per lane and 16 elements, the
+// values' weighted sum over its keys in order. A query's floats are
+// therefore the same whichever tokens share its tile and however the
+// phases are split among threads (by whole groups): alone, in a decode
+// batch or inside a prefill chunk.
 struct PTile {
   const Paged* a;
   int i0, L, kh, rep, klo, n;
   int lo[16], hi[16];
   float sums[16];
-  std::vector<float> qt, sc, acc;  // [D][16], [n][16], [L][D]
+  std::vector<float> qt, sc, acc;  // [L][D], [L][n], [L][D]
   std::vector<size_t> at;          // [n] key and value offsets
 
   PROVIDER_AVX512 void setup(const Paged& pa, int first, int T, int head) {
@@ -1881,28 +1885,28 @@ struct PTile {
     L = T * rep;
     const int D = pa.D;
     const size_t row = static_cast<size_t>(pa.KVH) * D;
-    int khi = -1;
-    klo = INT32_MAX;
+    int khi = -1, kmin = INT32_MAX;
     for (int l = 0; l < L; l++) {
       const int i = i0 + l / rep, p = pa.meta[3 * i + 1];
       lo[l] = pa.window > 0 ? std::max(0, p - pa.window + 1) : 0;
       hi[l] = pa.meta[3 * i + 2];
-      klo = std::min(klo, lo[l]);
+      kmin = std::min(kmin, lo[l]);
       khi = std::max(khi, hi[l]);
     }
-    n = khi - klo + 1;
-    qt.assign(static_cast<size_t>(D) * 16, 0.0f);
-    sc.resize(static_cast<size_t>(n) * 16);
+    klo = kmin & ~15;
+    n = (khi - klo + 16) & ~15;
+    qt.resize(static_cast<size_t>(L) * D);
+    sc.resize(static_cast<size_t>(L) * n);
     at.resize(n);
     acc.assign(static_cast<size_t>(L) * D, 0.0f);
     for (int l = 0; l < L; l++) {
       const float* qi = pa.q + (static_cast<size_t>(i0 + l / rep) * pa.H + kh * rep + l % rep) * D;
       for (int d = 0; d < D; d++) {
-        qt[static_cast<size_t>(d) * 16 + l] = qi[d] * pa.scale;
+        qt[static_cast<size_t>(l) * D + d] = qi[d] * pa.scale;
       }
     }
     const int32_t* tab = pa.table + static_cast<size_t>(pa.meta[3 * i0]) * pa.MB;
-    for (int s = klo; s <= khi;) {
+    for (int s = kmin; s <= khi;) {
       const int blk = s / pa.block, off = s - blk * pa.block;
       const int run = std::min(pa.block - off, khi - s + 1);
       size_t o = (static_cast<size_t>(tab[blk]) * pa.block + off) * row + static_cast<size_t>(kh) * D;
@@ -1911,121 +1915,146 @@ struct PTile {
       }
       s += run;
     }
+    // The widening's keys have no slot of their own: they read a valid one.
+    std::fill(at.begin(), at.begin() + (kmin - klo), at[kmin - klo]);
+    std::fill(at.begin() + (khi - klo + 1), at.end(), at[kmin - klo]);
   }
 
-  // scores computes keys [x0, x1) of the joint range for every lane.
-  PROVIDER_AVX512 void scores(int x0, int x1) {
-    const int D = a->D;
-    const float* Q = qt.data();
-    float* S = sc.data();
-    int x = x0;
-    // Eight keys at a time: eight independent chains hide the fused
-    // multiply-add's latency (four left it the bound).
-    for (; x + 8 <= x1; x += 8) {
-      const float* k[8];
-      for (int i = 0; i < 8; i++) {
-        k[i] = a->kpool + at[x + i];
-      }
-      __m512 sv[8];
-      for (int i = 0; i < 8; i++) {
-        sv[i] = _mm512_setzero_ps();
-      }
-      for (int d = 0; d < D; d++) {
-        const __m512 qd = _mm512_loadu_ps(Q + d * 16);
-        #pragma GCC unroll 8
-        for (int i = 0; i < 8; i++) {
-          sv[i] = _mm512_fmadd_ps(qd, _mm512_set1_ps(k[i][d]), sv[i]);
+  // sum16 reduces 16 vectors to one: lane m the sum of v[slot[m]]'s lanes,
+  // two shuffles and an add per output vector at each of four levels.
+  static constexpr int slot[16] = {0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15};
+  PROVIDER_AVX512 static __m512 sum16(const __m512* v) {
+    __m512 w[8], z[4], u[2];
+    #pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) {
+      w[j] = _mm512_add_ps(_mm512_shuffle_f32x4(v[j], v[j + 8], 0x44), _mm512_shuffle_f32x4(v[j], v[j + 8], 0xEE));
+    }
+    #pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+      z[j] = _mm512_add_ps(_mm512_shuffle_f32x4(w[j], w[j + 4], 0x88), _mm512_shuffle_f32x4(w[j], w[j + 4], 0xDD));
+    }
+    #pragma GCC unroll 2
+    for (int j = 0; j < 2; j++) {
+      u[j] = _mm512_add_ps(_mm512_shuffle_ps(z[j], z[j + 2], 0x44), _mm512_shuffle_ps(z[j], z[j + 2], 0xEE));
+    }
+    return _mm512_add_ps(_mm512_shuffle_ps(u[0], u[1], 0x88), _mm512_shuffle_ps(u[0], u[1], 0xDD));
+  }
+
+  // group writes lanes' scores for the 16 keys at k (key m at k + m *
+  // stride), NC = D / 16 chunks (0: D at run time). Key m's score is the
+  // product of its first chunk, then a fused multiply-add of each further
+  // chunk in order, then sum16; the loops' order changes none of it.
+  template <int NC>
+  PROVIDER_AVX512 void group(const float* k, size_t stride, int x) {
+    const int D = NC > 0 ? NC * 16 : a->D;
+    for (int l = 0; l < L; l++) {
+      const float* q = qt.data() + static_cast<size_t>(l) * D;
+      __m512 v[16];
+      if constexpr (NC > 0) {
+        __m512 qc[NC];
+        #pragma GCC unroll 16
+        for (int c = 0; c < NC; c++) {
+          qc[c] = _mm512_loadu_ps(q + 16 * c);
+        }
+        const float* p = k;
+        #pragma GCC unroll 16
+        for (int m = 0; m < 16; m++, p += stride) {
+          __m512 s = _mm512_mul_ps(qc[0], _mm512_loadu_ps(p));
+          #pragma GCC unroll 16
+          for (int c = 1; c < NC; c++) {
+            s = _mm512_fmadd_ps(qc[c], _mm512_loadu_ps(p + 16 * c), s);
+          }
+          v[slot[m]] = s;
+        }
+      } else {
+        const __m512 q0 = _mm512_loadu_ps(q);
+        const float* p = k;
+        #pragma GCC unroll 16
+        for (int m = 0; m < 16; m++, p += stride) {
+          v[slot[m]] = _mm512_mul_ps(q0, _mm512_loadu_ps(p));
+        }
+        for (int c = 16; c < D; c += 16) {
+          const __m512 qc = _mm512_loadu_ps(q + c);
+          p = k + c;
+          #pragma GCC unroll 16
+          for (int m = 0; m < 16; m++, p += stride) {
+            v[slot[m]] = _mm512_fmadd_ps(qc, _mm512_loadu_ps(p), v[slot[m]]);
+          }
         }
       }
-      for (int i = 0; i < 8; i++) {
-        _mm512_storeu_ps(S + static_cast<size_t>(x + i) * 16, sv[i]);
-      }
-    }
-    for (; x + 4 <= x1; x += 4) {
-      const float *k0 = a->kpool + at[x], *k1 = a->kpool + at[x + 1], *k2 = a->kpool + at[x + 2],
-                  *k3 = a->kpool + at[x + 3];
-      __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps(), s2 = _mm512_setzero_ps(), s3 = _mm512_setzero_ps();
-      for (int d = 0; d < D; d++) {
-        const __m512 qd = _mm512_loadu_ps(Q + d * 16);
-        s0 = _mm512_fmadd_ps(qd, _mm512_set1_ps(k0[d]), s0);
-        s1 = _mm512_fmadd_ps(qd, _mm512_set1_ps(k1[d]), s1);
-        s2 = _mm512_fmadd_ps(qd, _mm512_set1_ps(k2[d]), s2);
-        s3 = _mm512_fmadd_ps(qd, _mm512_set1_ps(k3[d]), s3);
-      }
-      _mm512_storeu_ps(S + static_cast<size_t>(x) * 16, s0);
-      _mm512_storeu_ps(S + static_cast<size_t>(x + 1) * 16, s1);
-      _mm512_storeu_ps(S + static_cast<size_t>(x + 2) * 16, s2);
-      _mm512_storeu_ps(S + static_cast<size_t>(x + 3) * 16, s3);
-    }
-    for (; x < x1; x++) {
-      const float* k0 = a->kpool + at[x];
-      __m512 s0 = _mm512_setzero_ps();
-      for (int d = 0; d < D; d++) {
-        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(Q + d * 16), _mm512_set1_ps(k0[d]), s0);
-      }
-      _mm512_storeu_ps(S + static_cast<size_t>(x) * 16, s0);
+      _mm512_storeu_ps(sc.data() + static_cast<size_t>(l) * n + x, sum16(v));
     }
   }
 
-  // within is the lanes valid for key y: lo[l] <= y[l] <= hi[l].
-  PROVIDER_AVX512 static __mmask16 within(__m512i lo, __m512i hi, __m512i y) {
-    return _mm512_cmple_epi32_mask(lo, y) & _mm512_cmple_epi32_mask(y, hi);
+  // scores computes keys [x0, x1) (multiples of 16) of the joint range for
+  // every lane, a group of 16 keys at a time: each key's elements are read
+  // once from the pool (or a copy, where the group is not 16 consecutive
+  // slots) and stay in the first-level cache for the other lanes.
+  PROVIDER_AVX512 void scores(int x0, int x1) {
+    const int D = a->D;
+    const size_t row = static_cast<size_t>(a->KVH) * D;
+    thread_local std::vector<float> copy;
+    for (int x = x0; x < x1; x += 16) {
+      const float* k = a->kpool + at[x];
+      size_t stride = row;
+      bool flat = true;
+      for (int m = 1; m < 16; m++) {
+        flat &= at[x + m] == at[x] + m * row;
+      }
+      if (!flat) {
+        copy.resize(static_cast<size_t>(16) * D);
+        for (int m = 0; m < 16; m++) {
+          std::memcpy(copy.data() + static_cast<size_t>(m) * D, a->kpool + at[x + m], D * sizeof(float));
+        }
+        k = copy.data();
+        stride = D;
+      }
+      switch (D) {
+        case 64: group<4>(k, stride, x); break;
+        case 128: group<8>(k, stride, x); break;
+        default: group<0>(k, stride, x);
+      }
+    }
   }
 
   // softmax turns every lane's scores over its own keys into exponentials
-  // (in place; a lane's entries outside its range become 0) and records
-  // their sums. It goes key-major over all lanes at once: a pass for the
-  // lanes' maxima (from the sink's logit, if any), then a pass that
-  // exponentiates each key's row and adds it to one running sum per lane,
-  // keys in order, invalid lanes adding 0. Lane l's sum is thus the sink's
-  // term plus a chain over its own keys in order, whatever the other lanes
-  // hold; nothing is reduced across lanes.
+  // (in place; a lane's entries outside its range but in its groups become
+  // 0) and records their sums, 16 keys at a time: a pass for the lane's
+  // maximum (from the sink's logit, if any), then a pass that
+  // exponentiates and adds each key to the running sum of its position
+  // mod 16. Lane l's sum is thus the sink's term plus the fixed reduction
+  // of 16 chains over its own keys in order, whatever the other lanes hold.
   PROVIDER_AVX512 void softmax() {
-    float* S = sc.data();
-    alignas(64) int32_t lov[16], hiv[16];
-    alignas(64) float mv[16];
-    for (int l = 0; l < 16; l++) {
-      lov[l] = l < L ? lo[l] - klo : INT32_MAX;
-      hiv[l] = l < L ? hi[l] - klo : -1;
-      mv[l] = l < L && a->sinks != nullptr ? a->sinks[kh * rep + l % rep] : -INFINITY;
-    }
-    const __m512i lo16 = _mm512_load_si512(lov), hi16 = _mm512_load_si512(hiv), one = _mm512_set1_epi32(1);
-    // The maximum is exact whatever the order: four chains, for latency.
-    __m512 m4[4];
-    for (int c = 0; c < 4; c++) {
-      m4[c] = _mm512_load_ps(mv);
-    }
-    __m512i yv = _mm512_setzero_si512();
-    int y = 0;
-    for (; y + 4 <= n; y += 4) {
-      #pragma GCC unroll 4
-      for (int c = 0; c < 4; c++) {
-        const __m512 r = _mm512_loadu_ps(S + static_cast<size_t>(y + c) * 16);
-        m4[c] = _mm512_mask_max_ps(m4[c], within(lo16, hi16, yv), m4[c], r);
-        yv = _mm512_add_epi32(yv, one);
-      }
-    }
-    for (; y < n; y++) {
-      const __m512 r = _mm512_loadu_ps(S + static_cast<size_t>(y) * 16);
-      m4[0] = _mm512_mask_max_ps(m4[0], within(lo16, hi16, yv), m4[0], r);
-      yv = _mm512_add_epi32(yv, one);
-    }
-    const __m512 m = _mm512_max_ps(_mm512_max_ps(m4[0], m4[1]), _mm512_max_ps(m4[2], m4[3]));
-    __m512 sum = _mm512_setzero_ps();
-    yv = _mm512_setzero_si512();
-    for (y = 0; y < n; y++) {
-      float* row = S + static_cast<size_t>(y) * 16;
-      const __mmask16 k = within(lo16, hi16, yv);
-      const __m512 e = _mm512_maskz_mov_ps(k, exp512(_mm512_maskz_sub_ps(k, _mm512_loadu_ps(row), m)));
-      _mm512_storeu_ps(row, e);
-      sum = _mm512_add_ps(sum, e);
-      yv = _mm512_add_epi32(yv, one);
-    }
-    alignas(64) float s[16];
-    _mm512_store_ps(s, sum);
-    _mm512_store_ps(mv, m);
     for (int l = 0; l < L; l++) {
-      sums[l] = (a->sinks != nullptr ? std::exp(a->sinks[kh * rep + l % rep] - mv[l]) : 0.0f) + s[l];
+      float* S = sc.data() + static_cast<size_t>(l) * n;
+      const int y0 = lo[l] - klo, y1 = hi[l] - klo, g0 = y0 & ~15, g1 = y1 & ~15;
+      const float sink = a->sinks != nullptr ? a->sinks[kh * rep + l % rep] : -INFINITY;
+      auto within = [&](int g) {
+        __mmask16 k = 0xFFFF;
+        if (g == g0) {
+          k &= static_cast<__mmask16>(0xFFFFu << (y0 - g));
+        }
+        if (g == g1) {
+          k &= static_cast<__mmask16>(0xFFFFu >> (15 - (y1 - g)));
+        }
+        return k;
+      };
+      // The maximum is exact whatever the order: two chains, for latency.
+      __m512 m2[2] = {_mm512_set1_ps(sink), _mm512_set1_ps(sink)};
+      for (int g = g0; g <= g1; g += 16) {
+        const int c = (g >> 4) & 1;
+        m2[c] = _mm512_mask_max_ps(m2[c], within(g), m2[c], _mm512_loadu_ps(S + g));
+      }
+      const float mx = _mm512_reduce_max_ps(_mm512_max_ps(m2[0], m2[1]));
+      const __m512 m = _mm512_set1_ps(mx);
+      __m512 sum = _mm512_setzero_ps();
+      for (int g = g0; g <= g1; g += 16) {
+        const __mmask16 k = within(g);
+        const __m512 e = _mm512_maskz_mov_ps(k, exp512(_mm512_maskz_sub_ps(k, _mm512_loadu_ps(S + g), m)));
+        _mm512_storeu_ps(S + g, e);
+        sum = _mm512_add_ps(sum, e);
+      }
+      sums[l] = (a->sinks != nullptr ? std::exp(sink - mx) : 0.0f) + hsum512(sum);
     }
   }
 
@@ -2035,13 +2064,13 @@ struct PTile {
   PROVIDER_AVX512 void values(int l, int d0, int G, int b0, int b1) {
     const int y0 = std::max(b0, lo[l] - klo), y1 = std::min(b1, hi[l] - klo);
     float* A = acc.data() + static_cast<size_t>(l) * a->D + d0;
-    const float* S = sc.data();
+    const float* S = sc.data() + static_cast<size_t>(l) * n;
     __m512 av[8];
     for (int g = 0; g < G; g++) {
       av[g] = _mm512_loadu_ps(A + 16 * g);
     }
     for (int y = y0; y <= y1; y++) {
-      const __m512 w = _mm512_set1_ps(S[static_cast<size_t>(y) * 16 + l]);
+      const __m512 w = _mm512_set1_ps(S[y]);
       const float* v = a->vpool + at[y] + d0;
       switch (G) {
         case 8: av[7] = _mm512_fmadd_ps(w, _mm512_loadu_ps(v + 112), av[7]); [[fallthrough]];
