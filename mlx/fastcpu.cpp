@@ -1852,6 +1852,23 @@ struct Paged {
   float scale;
 };
 
+// key_offsets writes at[s - lo], for positions s in [lo, hi] of a row with
+// block table tab, the offset of key-value head kh's elements in the
+// pools: a block's run at a time (a division per position cost more than
+// the attention itself).
+void key_offsets(const Paged& a, const int32_t* tab, int kh, int lo, int hi, size_t* at) {
+  const size_t row = static_cast<size_t>(a.KVH) * a.D;
+  for (int s = lo; s <= hi;) {
+    const int blk = s / a.block, off = s - blk * a.block;
+    const int run = std::min(a.block - off, hi - s + 1);
+    size_t o = (static_cast<size_t>(tab[blk]) * a.block + off) * row + static_cast<size_t>(kh) * a.D;
+    for (int x = 0; x < run; x++, o += row) {
+      at[s - lo + x] = o;
+    }
+    s += run;
+  }
+}
+
 #if PROVIDER_X86
 // PTile is one unit of paged_attend's AVX-512 path: the query heads of
 // key-value head kh for tokens i0 .. i0+T-1 (one row, consecutive
@@ -1884,7 +1901,6 @@ struct PTile {
     rep = pa.H / pa.KVH;
     L = T * rep;
     const int D = pa.D;
-    const size_t row = static_cast<size_t>(pa.KVH) * D;
     int khi = -1, kmin = INT32_MAX;
     for (int l = 0; l < L; l++) {
       const int i = i0 + l / rep, p = pa.meta[3 * i + 1];
@@ -1905,16 +1921,7 @@ struct PTile {
         qt[static_cast<size_t>(l) * D + d] = qi[d] * pa.scale;
       }
     }
-    const int32_t* tab = pa.table + static_cast<size_t>(pa.meta[3 * i0]) * pa.MB;
-    for (int s = kmin; s <= khi;) {
-      const int blk = s / pa.block, off = s - blk * pa.block;
-      const int run = std::min(pa.block - off, khi - s + 1);
-      size_t o = (static_cast<size_t>(tab[blk]) * pa.block + off) * row + static_cast<size_t>(kh) * D;
-      for (int x = 0; x < run; x++, o += row) {
-        at[s - klo + x] = o;
-      }
-      s += run;
-    }
+    key_offsets(pa, pa.table + static_cast<size_t>(pa.meta[3 * i0]) * pa.MB, kh, kmin, khi, at.data() + (kmin - klo));
     // The widening's keys have no slot of their own: they read a valid one.
     std::fill(at.begin(), at.begin() + (kmin - klo), at[kmin - klo]);
     std::fill(at.begin() + (khi - klo + 1), at.end(), at[kmin - klo]);
@@ -2224,17 +2231,7 @@ void paged_attend(const Paged& a, float* out) {
         qv[j * D + d] = qi[d] * a.scale;
       }
     }
-    // Each position's offset in the pools, filled a block's run at a time
-    // (a division per position cost more than the attention itself).
-    for (int s = lo; s <= last;) {
-      const int blk = s / a.block, off = s - blk * a.block;
-      const int run = std::min(a.block - off, last - s + 1);
-      size_t o = (static_cast<size_t>(tab[blk]) * a.block + off) * row + static_cast<size_t>(kh) * D;
-      for (int x = 0; x < run; x++, o += row) {
-        at[s - lo + x] = o;
-      }
-      s += run;
-    }
+    key_offsets(a, tab, kh, lo, last, at.data());
     scores(qv.data(), hpt, D, a.kpool, at.data(), n, sc.data());
     thread_local std::vector<float> inv;
     inv.resize(hpt);
@@ -2439,11 +2436,9 @@ static int affine_linear(mlx_array* res, const mlx_array x, const mlx_array w, c
     mx::Shape shape = xa.shape();
     shape.back() = n;
     const mx::Dtype out_type = xa.dtype();
-    // Weights, scales and biases are used in place (they are row-contiguous
-    // as uploaded; contiguous() is a no-op then); only activations convert.
-    std::vector<mx::array> in{mx::astype(xa, mx::float32, st),
-                              wa, sa,
-                              ba};
+    // Weights, scales and biases are used as uploaded; only activations
+    // convert.
+    std::vector<mx::array> in{mx::astype(xa, mx::float32, st), wa, sa, ba};
     const mx::Dtype sd = sa.dtype();
 #if PROVIDER_X86
     const bool q8 = int8 && have_vnni() && k % 64 == 0 && group_size % 32 == 0 && group_size <= 512 &&

@@ -38,22 +38,16 @@ class HostOp : public mx::UnaryPrimitive {
   void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
     out.set_data(mx::allocator::malloc(out.nbytes()));
     auto& enc = mx::cpu::get_command_encoder(stream());
-    std::vector<char> strided;
-    bool any = false;
     for (auto& in : inputs) {
       enc.set_input_array(in);
-      strided.push_back(!in.flags().row_contiguous);
-      any = any || strided.back();
     }
     enc.set_output_array(out);
-    if (!any) {
-      enc.dispatch([fn = fn_, inputs = inputs, out = out]() mutable { fn(inputs, out); });
-      return;
-    }
-    enc.dispatch([fn = fn_, inputs = inputs, out = out, strided = std::move(strided)]() mutable {
-      for (size_t i = 0; i < inputs.size(); i++) {
-        if (strided[i]) {
-          inputs[i] = dense(inputs[i]);
+    // An input's layout is settled once its primitive was evaluated (before
+    // this one), though its data is written later on the stream.
+    enc.dispatch([fn = fn_, inputs = inputs, out = out]() mutable {
+      for (auto& in : inputs) {
+        if (!in.flags().row_contiguous) {
+          in = dense(in);
         }
       }
       fn(inputs, out);
