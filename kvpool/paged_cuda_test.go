@@ -9,13 +9,15 @@ import (
 // TestAttendPagedCUDA runs TestAttendMatchesNaive's steps on MLX's CUDA
 // backend, where single-token rows attend through the paged decode kernel
 // (mlx PagedDecode), in float32 and float16, with head sizes the kernel
-// serves (64 and 128), one and four keys per warp turn, and once more
-// through the MLX-ops path it replaces.
+// serves (64 and 128), one and four keys per warp turn, through the split
+// kernel (PROVIDER_GPU_PAGED=split: every decode row, a lone one too),
+// and once more through the MLX-ops path they replace. The steps' rows
+// pass 256 positions, so the split kernel's queries span two blocks of
+// the table, and the narrow window leaves a block empty.
 // The float32 bound is looser than the CPU's: MLX's CUDA matmuls of the
 // prefill chunks (MLX-ops path) round through TF32.
 // It needs a CUDA device and says so where there is none.
 func TestAttendPagedCUDA(t *testing.T) {
-	t.Setenv("PROVIDER_GPU_PAGED", "1")
 	th := mlx.NewThread()
 	defer th.Close()
 	var ok bool
@@ -34,15 +36,20 @@ func TestAttendPagedCUDA(t *testing.T) {
 		ops  bool
 		tol  float64
 		keys int
+		env  string
 	}{
-		{"float32-128", mlx.Float32, 128, false, 2e-3, 4},
-		{"float32-128-keys1", mlx.Float32, 128, false, 2e-3, 1},
-		{"float32-64", mlx.Float32, 64, false, 2e-3, 4},
-		{"float16-128", mlx.Float16, 128, false, 1e-2, 4},
-		{"float16-128-keys1", mlx.Float16, 128, false, 1e-2, 1},
-		{"ops-float32-128", mlx.Float32, 128, true, 2e-3, 4},
+		{"float32-128", mlx.Float32, 128, false, 2e-3, 4, "1"},
+		{"float32-128-keys1", mlx.Float32, 128, false, 2e-3, 1, "1"},
+		{"float32-64", mlx.Float32, 64, false, 2e-3, 4, "1"},
+		{"float32-128-split", mlx.Float32, 128, false, 2e-3, 4, "split"},
+		{"float16-128", mlx.Float16, 128, false, 1e-2, 4, "1"},
+		{"float16-128-keys1", mlx.Float16, 128, false, 1e-2, 1, "1"},
+		{"float16-128-split", mlx.Float16, 128, false, 1e-2, 4, "split"},
+		{"float16-64-split", mlx.Float16, 64, false, 1e-2, 4, "split"},
+		{"ops-float32-128", mlx.Float32, 128, true, 2e-3, 4, "1"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("PROVIDER_GPU_PAGED", c.env)
 			defer func(k int) { pagedKeys = k }(pagedKeys)
 			pagedKeys = c.keys
 			th.Do(func() {
@@ -63,8 +70,8 @@ func TestAttendPagedCUDA(t *testing.T) {
 					return
 				}
 				defer p.Close()
-				if p.paged == c.ops {
-					t.Errorf("paged = %v with Ops %v", p.paged, c.ops)
+				if p.paged == c.ops || p.split != (c.env == "split") {
+					t.Errorf("paged = %v, split = %v with Ops %v and PROVIDER_GPU_PAGED=%s", p.paged, p.split, c.ops, c.env)
 					return
 				}
 				runAttend(t, p, c.D, c.tol)

@@ -45,12 +45,14 @@ type Pool struct {
 	opt   Options
 	fused bool
 	// paged: single-token rows attend through the CUDA paged decode
-	// kernel instead of gathered keys.
-	paged  bool
-	layers []Layer
-	group  []int // per layer, sharing layers included
-	groups []*group
-	k, v   []mlx.Array // per layer; invalid for sharing layers
+	// kernel instead of gathered keys (a lone row whose keys lie in
+	// consecutive slots through MLX's attention over a view of the pool);
+	// split: every single-token row through the split kernel.
+	paged, split bool
+	layers       []Layer
+	group        []int // per layer, sharing layers included
+	groups       []*group
+	k, v         []mlx.Array // per layer; invalid for sharing layers
 	// onFull is told of every block a step fills, before sliding groups
 	// let go of it (see SetOnFull).
 	onFull func(s *Seq, block int)
@@ -90,18 +92,19 @@ func New(s mlx.Stream, d mlx.Dtype, layers []Layer, opt Options) (*Pool, error) 
 		k: make([]mlx.Array, len(layers)), v: make([]mlx.Array, len(layers))}
 	p.fused = !opt.Ops && d == mlx.Float32 && s.IsCPU()
 	// On CUDA, decode rows attend through the paged kernel unless
-	// PROVIDER_GPU_PAGED=0 keeps the MLX-ops path.
+	// PROVIDER_GPU_PAGED=0 keeps the MLX-ops path; =split sends every
+	// single-token row through the split kernel (mlx PagedDecodeSplit).
 	if !opt.Ops && !s.IsCPU() {
 		switch v := os.Getenv("PROVIDER_GPU_PAGED"); v {
-		case "", "1":
+		case "", "1", "split":
 			ok, err := mlx.CUDAAvailable()
 			if err != nil {
 				return nil, err
 			}
-			p.paged = ok
+			p.paged, p.split = ok, ok && v == "split"
 		case "0":
 		default:
-			return nil, fmt.Errorf("kvpool: PROVIDER_GPU_PAGED=%q: want 0 or 1", v)
+			return nil, fmt.Errorf("kvpool: PROVIDER_GPU_PAGED=%q: want 0, 1 or split", v)
 		}
 	}
 	byWindow := map[int]int{}

@@ -36,3 +36,15 @@ func (f *Frame) PagedDecode(q, kPool, vPool, table, meta Array, block, window in
 			C.float(scale), sinks.c, C.int(keys), f.s.c)
 	}, q, kPool, vPool, table, meta)
 }
+
+// PagedDecodeSplit computes what PagedDecode does in two kernels: the
+// first takes one block of a row's table per block of threads (so a few
+// rows at a long context still fill the GPU), the second merges each
+// query's blocks in order. A row splits at its own block boundaries, so a
+// query's result does not depend on the other rows of the call.
+func (f *Frame) PagedDecodeSplit(q, kPool, vPool, table, meta Array, block, window int, scale float32, sinks Array, keys int) Array {
+	return f.op("paged_decode_split", func(r *C.mlx_array) C.int {
+		return C.mlx_cuda_paged_decode_split(r, q.c, kPool.c, vPool.c, table.c, meta.c, C.int(block), C.int(window),
+			C.float(scale), sinks.c, C.int(keys), f.s.c)
+	}, q, kPool, vPool, table, meta)
+}

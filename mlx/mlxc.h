@@ -150,6 +150,11 @@ int mlx_cuda_available(bool* res);
 int mlx_cuda_paged_decode(mlx_array* res, const mlx_array q, const mlx_array k_pool, const mlx_array v_pool,
                           const mlx_array table, const mlx_array meta, int block, int window, float scale,
                           const mlx_array sinks, int keys, const mlx_stream s);
+/* extension: the same, each row's keys split at its blocks, then merged
+   (see Frame.PagedDecodeSplit). */
+int mlx_cuda_paged_decode_split(mlx_array* res, const mlx_array q, const mlx_array k_pool, const mlx_array v_pool,
+                                const mlx_array table, const mlx_array meta, int block, int window, float scale,
+                                const mlx_array sinks, int keys, const mlx_stream s);
 int mlx_tanh(mlx_array* res, const mlx_array a, const mlx_stream s);
 int mlx_erf(mlx_array* res, const mlx_array a, const mlx_stream s);
 int mlx_cos(mlx_array* res, const mlx_array a, const mlx_stream s);

@@ -764,6 +764,188 @@ constexpr const char* kPagedDecodeSource = R"(
   }
 )";
 
+// The body of the split paged decode attention kernel (CUDA, compiled at
+// run time by MLX; PROVIDER_GPU_PAGED=split): kPagedDecodeSource's loop,
+// but one thread block per (query, head, block of the row's table):
+// its W warps take turns over the visible keys of that one block of 256
+// positions, U consecutive keys per turn (U loads in flight, U dot
+// products reduced together, one softmax rescale per turn); lane j holds
+// elements j, j+32, ... of a key, so each load of a warp reads 32
+// consecutive elements. A warp keeps a running max, sum and weighted value
+// sum; warp 0 merges the W partial results into the block's (max, sum,
+// unnormalized output), which kPagedMergeSource combines over the blocks.
+// A row's keys split at its own block boundaries whatever else the step
+// holds, so a query's floats are the same alone and batched. Until it has
+// run on a device, kPagedDecodeSource stays the default.
+constexpr const char* kPagedSplitSource = R"(
+  constexpr int EPL = D / 32;
+  const int h = blockIdx.x;
+  const int i = blockIdx.y;
+  const int z = blockIdx.z;
+  const int lane = threadIdx.x & 31;
+  const int w = threadIdx.x >> 5;
+  const int H = q_shape[1];
+  const int KVH = kpool_shape[1];
+  const int MB = table_shape[1];
+  const int kvh = h / (H / KVH);
+  const int row = meta[3 * i], pos = meta[3 * i + 1], last = meta[3 * i + 2];
+  const int lo = WINDOW > 0 ? max(0, pos - WINDOW + 1) : 0;
+  const int first = max(lo, z * BLOCK);
+  const int end = min(last, z * BLOCK + BLOCK - 1);
+  const float scale = __int_as_float(SCALE_BITS);
+  const float ninf = -__int_as_float(0x7f800000);
+  float qv[EPL], acc[EPL];
+  const T* qr = q + ((size_t)i * H + h) * D + lane;
+#pragma unroll
+  for (int e = 0; e < EPL; e++) {
+    qv[e] = static_cast<float>(qr[e * 32]) * scale;
+    acc[e] = 0.f;
+  }
+  float m = ninf, l = 0.f;
+  const size_t base = first <= end ? (size_t)table[(size_t)row * MB + z] * BLOCK : 0;
+  for (int kb = first + w * U; kb <= end; kb += W * U) {
+    float d[U], vv[U][EPL];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const int kp = kb + u;
+      d[u] = 0.f;
+      if (kp <= end) {
+        const size_t off = ((base + kp % BLOCK) * KVH + kvh) * D + lane;
+#pragma unroll
+        for (int e = 0; e < EPL; e++) {
+          d[u] += qv[e] * static_cast<float>(kpool[off + e * 32]);
+          vv[u][e] = static_cast<float>(vpool[off + e * 32]);
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < EPL; e++) {
+          vv[u][e] = 0.f;
+        }
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+#pragma unroll
+      for (int u = 0; u < U; u++) {
+        d[u] += __shfl_xor_sync(0xffffffff, d[u], o);
+      }
+    }
+    float mn = m;
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      d[u] = kb + u <= end ? d[u] : ninf;
+      mn = fmaxf(mn, d[u]);
+    }
+    const float a = __expf(m - mn);
+    l *= a;
+#pragma unroll
+    for (int e = 0; e < EPL; e++) {
+      acc[e] *= a;
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const float p = __expf(d[u] - mn);
+      l += p;
+#pragma unroll
+      for (int e = 0; e < EPL; e++) {
+        acc[e] += p * vv[u][e];
+      }
+    }
+    m = mn;
+  }
+  __shared__ float sm[W], sl[W], sacc[W * D];
+  if (lane == 0) {
+    sm[w] = m;
+    sl[w] = l;
+  }
+#pragma unroll
+  for (int e = 0; e < EPL; e++) {
+    sacc[w * D + e * 32 + lane] = acc[e];
+  }
+  __syncthreads();
+  if (w != 0) {
+    return;
+  }
+  float M = ninf;
+  for (int j = 0; j < W; j++) {
+    M = fmaxf(M, sm[j]);
+  }
+  float L = 0.f;
+  float out[EPL];
+#pragma unroll
+  for (int e = 0; e < EPL; e++) {
+    out[e] = 0.f;
+  }
+  for (int j = 0; j < W; j++) {
+    const float c = sm[j] == ninf ? 0.f : __expf(sm[j] - M);
+    L += sl[j] * c;
+#pragma unroll
+    for (int e = 0; e < EPL; e++) {
+      out[e] += sacc[j * D + e * 32 + lane] * c;
+    }
+  }
+  const size_t at = ((size_t)i * H + h) * MB + z;
+  float* prow = po + at * D + lane;
+#pragma unroll
+  for (int e = 0; e < EPL; e++) {
+    prow[e * 32] = out[e];
+  }
+  if (lane == 0) {
+    pml[at * 2] = M;
+    pml[at * 2 + 1] = L;
+  }
+)";
+
+// The merge of kPagedSplitSource's per-block results: one warp per
+// (query, head) combines the blocks in order (an empty block adds exact
+// zeros), with the head's sink logit, if any, in the denominator.
+constexpr const char* kPagedMergeSource = R"(
+  constexpr int EPL = D / 32;
+  const int h = blockIdx.x;
+  const int i = blockIdx.y;
+  const int lane = threadIdx.x;
+  const int H = po_shape[1];
+  const int S = po_shape[2];
+  const float ninf = -__int_as_float(0x7f800000);
+  const size_t base = ((size_t)i * H + h) * S;
+  const float sink = HAS_SINKS ? sinks[h] : ninf;
+  float M = sink;
+  for (int z = 0; z < S; z++) {
+    M = fmaxf(M, pml[(base + z) * 2]);
+  }
+  float L = HAS_SINKS ? __expf(sink - M) : 0.f;
+  float out[EPL];
+#pragma unroll
+  for (int e = 0; e < EPL; e++) {
+    out[e] = 0.f;
+  }
+  for (int z = 0; z < S; z++) {
+    const float mz = pml[(base + z) * 2];
+    const float c = mz == ninf ? 0.f : __expf(mz - M);
+    L += pml[(base + z) * 2 + 1] * c;
+    const float* prow = po + (base + z) * D + lane;
+#pragma unroll
+    for (int e = 0; e < EPL; e++) {
+      out[e] += prow[e * 32] * c;
+    }
+  }
+  T* orow = o + ((size_t)i * H + h) * D + lane;
+#pragma unroll
+  for (int e = 0; e < EPL; e++) {
+    orow[e * 32] = static_cast<T>(out[e] / L);
+  }
+)";
+
+// check_paged_decode refuses what the paged decode kernels cannot serve.
+void check_paged_decode(const mx::array& q, int keys) {
+  if (q.ndim() != 3 || q.shape(2) % 32 != 0 || q.shape(2) > 512) {
+    throw std::invalid_argument("paged_decode: needs q [P, H, D] with D a multiple of 32, at most 512");
+  }
+  if (keys < 1 || keys > 8) {
+    throw std::invalid_argument("paged_decode: keys per turn must be 1 to 8");
+  }
+}
+
 }  // namespace
 
 int mlx_cuda_available(bool* res) {
@@ -777,12 +959,7 @@ int mlx_cuda_paged_decode(mlx_array* res, const mlx_array q, const mlx_array k_p
     static auto kernel = mx::fast::cuda_kernel("paged_decode", {"q", "kpool", "vpool", "table", "meta", "sinks"}, {"o"},
                                                kPagedDecodeSource, "", /*ensure_row_contiguous=*/true);
     const mx::array& qa = arr(q);
-    if (qa.ndim() != 3 || qa.shape(2) % 32 != 0 || qa.shape(2) > 512) {
-      throw std::invalid_argument("paged_decode: needs q [P, H, D] with D a multiple of 32, at most 512");
-    }
-    if (keys < 1 || keys > 8) {
-      throw std::invalid_argument("paged_decode: keys per turn must be 1 to 8");
-    }
+    check_paged_decode(qa, keys);
     constexpr int warps = 8;
     const int P = qa.shape(0), H = qa.shape(1), D = qa.shape(2);
     const bool has_sinks = sinks.ctx != nullptr;
@@ -800,6 +977,39 @@ int mlx_cuda_paged_decode(mlx_array* res, const mlx_array q, const mlx_array k_p
                        {"HAS_SINKS", has_sinks},
                        {"U", keys}},
                       std::nullopt, false, strm(s));
+    set(res, out[0]);
+  });
+}
+
+int mlx_cuda_paged_decode_split(mlx_array* res, const mlx_array q, const mlx_array k_pool, const mlx_array v_pool,
+                                const mlx_array table, const mlx_array meta, int block, int window, float scale,
+                                const mlx_array sinks, int keys, const mlx_stream s) {
+  return guard([&] {
+    static auto kernel = mx::fast::cuda_kernel("paged_decode_split", {"q", "kpool", "vpool", "table", "meta"}, {"po", "pml"},
+                                               kPagedSplitSource, "", /*ensure_row_contiguous=*/true);
+    static auto merge = mx::fast::cuda_kernel("paged_decode_merge", {"po", "pml", "sinks"}, {"o"}, kPagedMergeSource, "",
+                                              /*ensure_row_contiguous=*/true);
+    const mx::array& qa = arr(q);
+    check_paged_decode(qa, keys);
+    constexpr int warps = 8;
+    const int P = qa.shape(0), H = qa.shape(1), D = qa.shape(2);
+    const int MB = arr(table).shape(1);
+    const bool has_sinks = sinks.ctx != nullptr;
+    int scale_bits;
+    std::memcpy(&scale_bits, &scale, sizeof scale_bits);
+    auto parts = kernel({qa, arr(k_pool), arr(v_pool), arr(table), arr(meta)}, {{P, H, MB, D}, {P, H, MB, 2}},
+                        {mx::float32, mx::float32}, {H * 32 * warps, P, MB}, {32 * warps, 1, 1},
+                        {{"T", qa.dtype()},
+                         {"D", D},
+                         {"W", warps},
+                         {"BLOCK", block},
+                         {"WINDOW", window},
+                         {"SCALE_BITS", scale_bits},
+                         {"U", keys}},
+                        std::nullopt, false, strm(s));
+    mx::array sk = has_sinks ? mx::astype(arr(sinks), mx::float32, strm(s)) : mx::zeros({H}, mx::float32, strm(s));
+    auto out = merge({parts[0], parts[1], sk}, {qa.shape()}, {qa.dtype()}, {H * 32, P, 1}, {32, 1, 1},
+                     {{"T", qa.dtype()}, {"D", D}, {"HAS_SINKS", has_sinks}}, std::nullopt, false, strm(s));
     set(res, out[0]);
   });
 }

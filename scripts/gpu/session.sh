@@ -11,7 +11,7 @@
 # The decode-step benchmark (model/llama BenchmarkDecodeStep) times steps
 # of 1 and 8 rows on the random Llama-2-7B-shape checkpoint, after prompts
 # of 120 and 2,048 tokens, with decode attention through gathered keys and
-# through the paged kernel (PROVIDER_GPU_PAGED=0 and 1).
+# through the paged kernel (PROVIDER_GPU_PAGED=0, 1 and split; STEPS picks).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
@@ -33,18 +33,19 @@ checkpoint() {
 case $PHASE in
 test)
 	nvidia-smi >"$D/nvidia-smi.txt" 2>&1
-	(cd kvpool && timeout 240 /tmp/kvpool.test -test.run 'TestAttendPagedCUDA' -test.v) >"$D/kvpool.txt" 2>&1
+	(cd kvpool && timeout 240 /tmp/kvpool.test -test.run "${KVPOOL_RUN:-TestAttendPagedCUDA}" -test.v) >"$D/kvpool.txt" 2>&1
 	echo "kvpool test: exit $?"
 	grep -E '^(=== RUN|--- |PASS|FAIL|ok)|Error|error' "$D/kvpool.txt" | head -40
 	checkpoint
-	for prompt in 120 2048; do
-		for paged in 0 1; do
-			(cd model/llama && PROVIDER_GPU_PAGED=$paged PROVIDER_BENCH_MODEL=$CKPT PROVIDER_BENCH_PROMPT=$prompt \
-				timeout 150 /tmp/llama.test -test.run '^$' -test.bench 'BenchmarkDecodeStep' -test.benchtime 30x) \
-				>"$D/step-prompt$prompt-paged$paged.txt" 2>&1
-			echo "prompt $prompt paged $paged: exit $?"
-			grep -E '^Benchmark' "$D/step-prompt$prompt-paged$paged.txt"
-		done
+	# STEPS: prompt:PROVIDER_GPU_PAGED[:sub-benchmark], in the order run.
+	for run in ${STEPS:-2048:1:rows1 2048:split:rows1 120:1 120:split 1024:1:rows8 1024:split:rows8}; do
+		IFS=: read -r prompt paged rows <<<"$run"
+		name=step-prompt$prompt-paged$paged${rows:+-$rows}
+		(cd model/llama && PROVIDER_GPU_PAGED=$paged PROVIDER_BENCH_MODEL=$CKPT PROVIDER_BENCH_PROMPT=$prompt \
+			timeout 150 /tmp/llama.test -test.run '^$' -test.bench "BenchmarkDecodeStep/${rows:-}" -test.benchtime 30x) \
+			>"$D/$name.txt" 2>&1
+		echo "$name: exit $?"
+		grep -E '^Benchmark' "$D/$name.txt"
 	done
 	;;
 llama)

@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Compiles the CUDA kernels of mlx/shim.cpp with NVRTC, no GPU needed.
+
+MLX's CUDA backend compiles a custom kernel at run time: it wraps the body
+in a __global__ function whose parameters are the inputs (with NAME_shape
+where the body uses it), then the outputs, and declares the template
+arguments as constants. This script wraps each body the same way, for the
+template values the server uses, and compiles it to PTX, so a syntax or
+type error shows here and not on a device. It does not run the kernels:
+TestAttendPagedCUDA does, on a device.
+
+    python3 -m pip download --no-deps --only-binary :all: -d W nvidia-cuda-nvrtc nvidia-cuda-runtime
+    (unzip both wheels into W/x)
+    python3 scripts/gpu/nvrtc_check.py W/x/nvidia/cu13
+"""
+import ctypes
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CUDA = Path(sys.argv[1] if len(sys.argv) > 1 else "/usr/local/cuda")
+
+HEADER = """
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cooperative_groups.h>
+struct Shape {
+  int d[8];
+  __device__ int operator[](int i) const { return d[i]; }
+};
+namespace mlx::core::cu {
+namespace cg = cooperative_groups;
+"""
+
+CTYPE = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16", "int32": "int32_t"}
+
+
+def source(name):
+    text = (ROOT / "mlx/shim.cpp").read_text()
+    m = re.search(r"constexpr const char\* %s = R\"\((.*?)\)\";" % name, text, re.S)
+    if not m:
+        sys.exit(f"nvrtc_check: {name} not in mlx/shim.cpp")
+    return m.group(1)
+
+
+def wrap(body, inputs, outputs, consts):
+    params = []
+    for name, dtype in inputs:
+        params.append(f"const {CTYPE[dtype]}* {name}")
+        if name + "_shape" in body:
+            params.append(f"const __grid_constant__ Shape {name}_shape")
+    params += [f"{CTYPE[dtype]}* {name}" for name, dtype in outputs]
+    decl = []
+    for name, value in consts:
+        if isinstance(value, bool):
+            decl.append(f"  constexpr bool {name} = {str(value).lower()};")
+        elif isinstance(value, int):
+            decl.append(f"  constexpr int {name} = {value};")
+        else:
+            decl.append(f"  using {name} = {CTYPE[value]};")
+    return HEADER + "__global__ void kernel(" + ", ".join(params) + ") {\n" + "\n".join(decl) + "\n" + body + "\n}\n}\n"
+
+
+def compile_ptx(nvrtc, name, src):
+    prog = ctypes.c_void_p()
+    check(nvrtc, nvrtc.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), name.encode(), 0, None, None))
+    inc = CUDA / "include"
+    opts = [b"--std=c++17", b"-arch=compute_90", b"-I" + str(inc).encode(), b"-I" + str(inc / "cccl").encode()]
+    arr = (ctypes.c_char_p * len(opts))(*opts)
+    rc = nvrtc.nvrtcCompileProgram(prog, len(opts), arr)
+    size = ctypes.c_size_t()
+    nvrtc.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+    log = ctypes.create_string_buffer(size.value)
+    nvrtc.nvrtcGetProgramLog(prog, log)
+    return rc, log.value.decode(errors="replace").strip()
+
+
+def check(nvrtc, rc):
+    if rc != 0:
+        nvrtc.nvrtcGetErrorString.restype = ctypes.c_char_p
+        sys.exit("nvrtc: " + nvrtc.nvrtcGetErrorString(rc).decode())
+
+
+def main():
+    lib = next((p for p in (CUDA / "lib").glob("libnvrtc.so*")), None) or next(
+        (p for p in (CUDA / "lib64").glob("libnvrtc.so*")), None)
+    if lib is None:
+        sys.exit(f"nvrtc_check: no libnvrtc.so under {CUDA}")
+    nvrtc = ctypes.CDLL(str(lib))
+    scale = 0x3DB504F3  # 1/sqrt(128) as float bits
+    cases = []
+    for t in ("float16", "float32", "bfloat16"):
+        for d in (64, 128):
+            for window in (0, 512):
+                common = [("T", t), ("D", d), ("W", 8), ("BLOCK", 256), ("WINDOW", window), ("SCALE_BITS", scale)]
+                pool = [("q", t), ("kpool", t), ("vpool", t), ("table", "int32"), ("meta", "int32")]
+                cases.append((f"paged_decode {t} D={d} window={window}", "kPagedDecodeSource",
+                              pool + [("sinks", "float32")], [("o", t)], common + [("HAS_SINKS", True), ("U", 4)]))
+                cases.append((f"paged_decode_split {t} D={d} window={window}", "kPagedSplitSource",
+                              pool, [("po", "float32"), ("pml", "float32")], common + [("U", 4)]))
+            for sinks in (False, True):
+                cases.append((f"paged_decode_merge {t} D={d} sinks={sinks}", "kPagedMergeSource",
+                              [("po", "float32"), ("pml", "float32"), ("sinks", "float32")], [("o", t)],
+                              [("T", t), ("D", d), ("HAS_SINKS", sinks)]))
+    failed = 0
+    for name, body, inputs, outputs, consts in cases:
+        rc, log = compile_ptx(nvrtc, name, wrap(source(body), inputs, outputs, consts))
+        if rc != 0 or "warning" in log:
+            print(("FAIL " if rc != 0 else "warn ") + name)
+            print(log)
+        failed += rc != 0
+    if failed:
+        sys.exit(f"nvrtc_check: {failed} of {len(cases)} failed")
+    print(f"nvrtc_check: {len(cases)} kernels compiled")
+
+
+main()
