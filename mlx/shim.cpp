@@ -643,15 +643,25 @@ int mlx_distributed_all_gather(mlx_array* res, const mlx_array x, const mlx_dist
 
 namespace {
 
-// The body of the paged decode attention kernel (CUDA, compiled at run time
-// by MLX). One block per (query, head): its W warps take turns over the
-// visible keys of the query's row, U consecutive keys per turn (U loads in
-// flight, U dot products reduced together, one softmax rescale per turn);
-// lane j holds elements j, j+32, ... of a key, so each load of a warp reads
-// 32 consecutive elements. A warp keeps a running max, sum and weighted
-// value sum, and warp 0 merges the W partial results (with the head's sink
-// logit, if any, in the denominator).
-constexpr const char* kPagedDecodeSource = R"(
+// The paged decode attention kernels (CUDA, compiled at run time by MLX),
+// assembled from the pieces below. Their common loop: a block of threads
+// takes one query and head, and its W warps take turns over the query's
+// visible keys lo .. last, U consecutive keys per turn (U loads in flight,
+// U dot products reduced together, one softmax rescale per turn); lane j
+// holds elements j, j+32, ... of a key, so each load of a warp reads 32
+// consecutive elements. A warp keeps a running max, sum and weighted value
+// sum, and warp 0 merges the W partial results.
+//
+// kPagedDecodeParts: one block per (query, head) over all of the row's
+// visible keys, normalized with the head's sink logit, if any, in the
+// denominator. kPagedSplitParts (PROVIDER_GPU_PAGED=split): one block per
+// (query, head, block of the row's table), at most 256 keys, leaving the
+// block's max, sum and unnormalized output, which kPagedMergeSource
+// combines over the blocks. A row splits at its own block boundaries
+// whatever else the step holds, so a query's floats are the same alone
+// and batched. Until the split kernel has run on a device, the first
+// stays the default.
+constexpr const char* kPagedHead = R"(
   constexpr int EPL = D / 32;
   const int h = blockIdx.x;
   const int i = blockIdx.y;
@@ -661,9 +671,21 @@ constexpr const char* kPagedDecodeSource = R"(
   const int KVH = kpool_shape[1];
   const int MB = table_shape[1];
   const int kvh = h / (H / KVH);
-  const int row = meta[3 * i], pos = meta[3 * i + 1], last = meta[3 * i + 2];
+)";
+
+// The query's row and its visible keys, all of them.
+constexpr const char* kPagedRowAll = R"(  const int row = meta[3 * i], pos = meta[3 * i + 1], last = meta[3 * i + 2];
   const int lo = WINDOW > 0 ? max(0, pos - WINDOW + 1) : 0;
-  const float scale = __int_as_float(SCALE_BITS);
+)";
+
+// The same, within block z of the row's table.
+constexpr const char* kPagedRowBlock = R"(  const int z = blockIdx.z;
+  const int row = meta[3 * i], pos = meta[3 * i + 1];
+  const int lo = max(WINDOW > 0 ? max(0, pos - WINDOW + 1) : 0, z * BLOCK);
+  const int last = min(meta[3 * i + 2], z * BLOCK + BLOCK - 1);
+)";
+
+constexpr const char* kPagedLoop = R"(  const float scale = __int_as_float(SCALE_BITS);
   const float ninf = -__int_as_float(0x7f800000);
   float qv[EPL], acc[EPL];
   const T* qr = q + ((size_t)i * H + h) * D + lane;
@@ -741,10 +763,17 @@ constexpr const char* kPagedDecodeSource = R"(
   for (int j = 0; j < W; j++) {
     M = fmaxf(M, sm[j]);
   }
-  const float sink = HAS_SINKS ? sinks[h] : ninf;
+)";
+
+constexpr const char* kPagedSink = R"(  const float sink = HAS_SINKS ? sinks[h] : ninf;
   M = fmaxf(M, sink);
   float L = HAS_SINKS ? __expf(sink - M) : 0.f;
-  float out[EPL];
+)";
+
+constexpr const char* kPagedNoSink = R"(  float L = 0.f;
+)";
+
+constexpr const char* kPagedMergeWarps = R"(  float out[EPL];
 #pragma unroll
   for (int e = 0; e < EPL; e++) {
     out[e] = 0.f;
@@ -757,134 +786,16 @@ constexpr const char* kPagedDecodeSource = R"(
       out[e] += sacc[j * D + e * 32 + lane] * c;
     }
   }
-  T* orow = o + ((size_t)i * H + h) * D + lane;
+)";
+
+constexpr const char* kPagedWriteOut = R"(  T* orow = o + ((size_t)i * H + h) * D + lane;
 #pragma unroll
   for (int e = 0; e < EPL; e++) {
     orow[e * 32] = static_cast<T>(out[e] / L);
   }
 )";
 
-// The body of the split paged decode attention kernel (CUDA, compiled at
-// run time by MLX; PROVIDER_GPU_PAGED=split): kPagedDecodeSource's loop,
-// but one thread block per (query, head, block of the row's table):
-// its W warps take turns over the visible keys of that one block of 256
-// positions, U consecutive keys per turn (U loads in flight, U dot
-// products reduced together, one softmax rescale per turn); lane j holds
-// elements j, j+32, ... of a key, so each load of a warp reads 32
-// consecutive elements. A warp keeps a running max, sum and weighted value
-// sum; warp 0 merges the W partial results into the block's (max, sum,
-// unnormalized output), which kPagedMergeSource combines over the blocks.
-// A row's keys split at its own block boundaries whatever else the step
-// holds, so a query's floats are the same alone and batched. Until it has
-// run on a device, kPagedDecodeSource stays the default.
-constexpr const char* kPagedSplitSource = R"(
-  constexpr int EPL = D / 32;
-  const int h = blockIdx.x;
-  const int i = blockIdx.y;
-  const int z = blockIdx.z;
-  const int lane = threadIdx.x & 31;
-  const int w = threadIdx.x >> 5;
-  const int H = q_shape[1];
-  const int KVH = kpool_shape[1];
-  const int MB = table_shape[1];
-  const int kvh = h / (H / KVH);
-  const int row = meta[3 * i], pos = meta[3 * i + 1], last = meta[3 * i + 2];
-  const int lo = WINDOW > 0 ? max(0, pos - WINDOW + 1) : 0;
-  const int first = max(lo, z * BLOCK);
-  const int end = min(last, z * BLOCK + BLOCK - 1);
-  const float scale = __int_as_float(SCALE_BITS);
-  const float ninf = -__int_as_float(0x7f800000);
-  float qv[EPL], acc[EPL];
-  const T* qr = q + ((size_t)i * H + h) * D + lane;
-#pragma unroll
-  for (int e = 0; e < EPL; e++) {
-    qv[e] = static_cast<float>(qr[e * 32]) * scale;
-    acc[e] = 0.f;
-  }
-  float m = ninf, l = 0.f;
-  const size_t base = first <= end ? (size_t)table[(size_t)row * MB + z] * BLOCK : 0;
-  for (int kb = first + w * U; kb <= end; kb += W * U) {
-    float d[U], vv[U][EPL];
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-      const int kp = kb + u;
-      d[u] = 0.f;
-      if (kp <= end) {
-        const size_t off = ((base + kp % BLOCK) * KVH + kvh) * D + lane;
-#pragma unroll
-        for (int e = 0; e < EPL; e++) {
-          d[u] += qv[e] * static_cast<float>(kpool[off + e * 32]);
-          vv[u][e] = static_cast<float>(vpool[off + e * 32]);
-        }
-      } else {
-#pragma unroll
-        for (int e = 0; e < EPL; e++) {
-          vv[u][e] = 0.f;
-        }
-      }
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-#pragma unroll
-      for (int u = 0; u < U; u++) {
-        d[u] += __shfl_xor_sync(0xffffffff, d[u], o);
-      }
-    }
-    float mn = m;
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-      d[u] = kb + u <= end ? d[u] : ninf;
-      mn = fmaxf(mn, d[u]);
-    }
-    const float a = __expf(m - mn);
-    l *= a;
-#pragma unroll
-    for (int e = 0; e < EPL; e++) {
-      acc[e] *= a;
-    }
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-      const float p = __expf(d[u] - mn);
-      l += p;
-#pragma unroll
-      for (int e = 0; e < EPL; e++) {
-        acc[e] += p * vv[u][e];
-      }
-    }
-    m = mn;
-  }
-  __shared__ float sm[W], sl[W], sacc[W * D];
-  if (lane == 0) {
-    sm[w] = m;
-    sl[w] = l;
-  }
-#pragma unroll
-  for (int e = 0; e < EPL; e++) {
-    sacc[w * D + e * 32 + lane] = acc[e];
-  }
-  __syncthreads();
-  if (w != 0) {
-    return;
-  }
-  float M = ninf;
-  for (int j = 0; j < W; j++) {
-    M = fmaxf(M, sm[j]);
-  }
-  float L = 0.f;
-  float out[EPL];
-#pragma unroll
-  for (int e = 0; e < EPL; e++) {
-    out[e] = 0.f;
-  }
-  for (int j = 0; j < W; j++) {
-    const float c = sm[j] == ninf ? 0.f : __expf(sm[j] - M);
-    L += sl[j] * c;
-#pragma unroll
-    for (int e = 0; e < EPL; e++) {
-      out[e] += sacc[j * D + e * 32 + lane] * c;
-    }
-  }
-  const size_t at = ((size_t)i * H + h) * MB + z;
+constexpr const char* kPagedWriteParts = R"(  const size_t at = ((size_t)i * H + h) * MB + z;
   float* prow = po + at * D + lane;
 #pragma unroll
   for (int e = 0; e < EPL; e++) {
@@ -896,7 +807,22 @@ constexpr const char* kPagedSplitSource = R"(
   }
 )";
 
-// The merge of kPagedSplitSource's per-block results: one warp per
+constexpr const char* kPagedDecodeParts[] = {kPagedHead, kPagedRowAll, kPagedLoop, kPagedSink, kPagedMergeWarps,
+                                              kPagedWriteOut};
+constexpr const char* kPagedSplitParts[] = {kPagedHead, kPagedRowBlock, kPagedLoop, kPagedNoSink, kPagedMergeWarps,
+                                             kPagedWriteParts};
+
+// kernel_source joins a kernel's pieces.
+template <size_t N>
+std::string kernel_source(const char* const (&parts)[N]) {
+  std::string s;
+  for (const char* p : parts) {
+    s += p;
+  }
+  return s;
+}
+
+// The merge of kPagedSplitParts' per-block results: one warp per
 // (query, head) combines the blocks in order (an empty block adds exact
 // zeros), with the head's sink logit, if any, in the denominator.
 constexpr const char* kPagedMergeSource = R"(
@@ -946,6 +872,26 @@ void check_paged_decode(const mx::array& q, int keys) {
   }
 }
 
+// kPagedWarps is the warps of a block of the paged decode kernels.
+constexpr int kPagedWarps = 8;
+
+// paged_template_args are the template arguments of both paged decode
+// kernels, in the order the single-pass one was first compiled with (it
+// adds HAS_SINKS before U).
+std::vector<std::pair<std::string, mx::fast::TemplateArg>> paged_template_args(const mx::array& q, int block, int window,
+                                                                               float scale, int keys) {
+  int scale_bits;
+  std::memcpy(&scale_bits, &scale, sizeof scale_bits);
+  return {{"T", q.dtype()},   {"D", q.shape(2)},          {"W", kPagedWarps}, {"BLOCK", block},
+          {"WINDOW", window}, {"SCALE_BITS", scale_bits}, {"U", keys}};
+}
+
+// sink_logits is a head's sink logits [H] as float32, zeros where there are
+// none (the kernels then read nothing).
+mx::array sink_logits(const mlx_array sinks, int heads, const mlx_stream s) {
+  return sinks.ctx != nullptr ? mx::astype(arr(sinks), mx::float32, strm(s)) : mx::zeros({heads}, mx::float32, strm(s));
+}
+
 }  // namespace
 
 int mlx_cuda_available(bool* res) {
@@ -957,26 +903,16 @@ int mlx_cuda_paged_decode(mlx_array* res, const mlx_array q, const mlx_array k_p
                           const mlx_array sinks, int keys, const mlx_stream s) {
   return guard([&] {
     static auto kernel = mx::fast::cuda_kernel("paged_decode", {"q", "kpool", "vpool", "table", "meta", "sinks"}, {"o"},
-                                               kPagedDecodeSource, "", /*ensure_row_contiguous=*/true);
+                                               kernel_source(kPagedDecodeParts), "",
+                                               /*ensure_row_contiguous=*/true);
     const mx::array& qa = arr(q);
     check_paged_decode(qa, keys);
-    constexpr int warps = 8;
-    const int P = qa.shape(0), H = qa.shape(1), D = qa.shape(2);
-    const bool has_sinks = sinks.ctx != nullptr;
-    mx::array sk = has_sinks ? mx::astype(arr(sinks), mx::float32, strm(s)) : mx::zeros({H}, mx::float32, strm(s));
-    int scale_bits;
-    std::memcpy(&scale_bits, &scale, sizeof scale_bits);
-    auto out = kernel({qa, arr(k_pool), arr(v_pool), arr(table), arr(meta), sk}, {qa.shape()}, {qa.dtype()},
-                      {H * 32 * warps, P, 1}, {32 * warps, 1, 1},
-                      {{"T", qa.dtype()},
-                       {"D", D},
-                       {"W", warps},
-                       {"BLOCK", block},
-                       {"WINDOW", window},
-                       {"SCALE_BITS", scale_bits},
-                       {"HAS_SINKS", has_sinks},
-                       {"U", keys}},
-                      std::nullopt, false, strm(s));
+    const int P = qa.shape(0), H = qa.shape(1);
+    auto args = paged_template_args(qa, block, window, scale, keys);
+    args.insert(args.end() - 1, {"HAS_SINKS", sinks.ctx != nullptr});
+    auto out = kernel({qa, arr(k_pool), arr(v_pool), arr(table), arr(meta), sink_logits(sinks, H, s)}, {qa.shape()},
+                      {qa.dtype()}, {H * 32 * kPagedWarps, P, 1}, {32 * kPagedWarps, 1, 1}, args, std::nullopt, false,
+                      strm(s));
     set(res, out[0]);
   });
 }
@@ -986,30 +922,20 @@ int mlx_cuda_paged_decode_split(mlx_array* res, const mlx_array q, const mlx_arr
                                 const mlx_array sinks, int keys, const mlx_stream s) {
   return guard([&] {
     static auto kernel = mx::fast::cuda_kernel("paged_decode_split", {"q", "kpool", "vpool", "table", "meta"}, {"po", "pml"},
-                                               kPagedSplitSource, "", /*ensure_row_contiguous=*/true);
+                                               kernel_source(kPagedSplitParts), "",
+                                               /*ensure_row_contiguous=*/true);
     static auto merge = mx::fast::cuda_kernel("paged_decode_merge", {"po", "pml", "sinks"}, {"o"}, kPagedMergeSource, "",
                                               /*ensure_row_contiguous=*/true);
     const mx::array& qa = arr(q);
     check_paged_decode(qa, keys);
-    constexpr int warps = 8;
     const int P = qa.shape(0), H = qa.shape(1), D = qa.shape(2);
     const int MB = arr(table).shape(1);
-    const bool has_sinks = sinks.ctx != nullptr;
-    int scale_bits;
-    std::memcpy(&scale_bits, &scale, sizeof scale_bits);
     auto parts = kernel({qa, arr(k_pool), arr(v_pool), arr(table), arr(meta)}, {{P, H, MB, D}, {P, H, MB, 2}},
-                        {mx::float32, mx::float32}, {H * 32 * warps, P, MB}, {32 * warps, 1, 1},
-                        {{"T", qa.dtype()},
-                         {"D", D},
-                         {"W", warps},
-                         {"BLOCK", block},
-                         {"WINDOW", window},
-                         {"SCALE_BITS", scale_bits},
-                         {"U", keys}},
-                        std::nullopt, false, strm(s));
-    mx::array sk = has_sinks ? mx::astype(arr(sinks), mx::float32, strm(s)) : mx::zeros({H}, mx::float32, strm(s));
-    auto out = merge({parts[0], parts[1], sk}, {qa.shape()}, {qa.dtype()}, {H * 32, P, 1}, {32, 1, 1},
-                     {{"T", qa.dtype()}, {"D", D}, {"HAS_SINKS", has_sinks}}, std::nullopt, false, strm(s));
+                        {mx::float32, mx::float32}, {H * 32 * kPagedWarps, P, MB}, {32 * kPagedWarps, 1, 1},
+                        paged_template_args(qa, block, window, scale, keys), std::nullopt, false, strm(s));
+    auto out = merge({parts[0], parts[1], sink_logits(sinks, H, s)}, {qa.shape()}, {qa.dtype()}, {H * 32, P, 1},
+                     {32, 1, 1}, {{"T", qa.dtype()}, {"D", D}, {"HAS_SINKS", sinks.ctx != nullptr}}, std::nullopt,
+                     false, strm(s));
     set(res, out[0]);
   });
 }

@@ -37,7 +37,12 @@ CTYPE = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16", "
 
 
 def source(name):
+    """The text of a kernel body: a raw string constant, or an array of
+    them (a kernel assembled from pieces) joined in order."""
     text = (ROOT / "mlx/shim.cpp").read_text()
+    m = re.search(r"constexpr const char\* %s\[\] = \{([^}]*)\};" % name, text)
+    if m:
+        return "".join(source(part.strip()) for part in m.group(1).split(","))
     m = re.search(r"constexpr const char\* %s = R\"\((.*?)\)\";" % name, text, re.S)
     if not m:
         sys.exit(f"nvrtc_check: {name} not in mlx/shim.cpp")
@@ -95,9 +100,9 @@ def main():
             for window in (0, 512):
                 common = [("T", t), ("D", d), ("W", 8), ("BLOCK", 256), ("WINDOW", window), ("SCALE_BITS", scale)]
                 pool = [("q", t), ("kpool", t), ("vpool", t), ("table", "int32"), ("meta", "int32")]
-                cases.append((f"paged_decode {t} D={d} window={window}", "kPagedDecodeSource",
+                cases.append((f"paged_decode {t} D={d} window={window}", "kPagedDecodeParts",
                               pool + [("sinks", "float32")], [("o", t)], common + [("HAS_SINKS", True), ("U", 4)]))
-                cases.append((f"paged_decode_split {t} D={d} window={window}", "kPagedSplitSource",
+                cases.append((f"paged_decode_split {t} D={d} window={window}", "kPagedSplitParts",
                               pool, [("po", "float32"), ("pml", "float32")], common + [("U", 4)]))
             for sinks in (False, True):
                 cases.append((f"paged_decode_merge {t} D={d} sinks={sinks}", "kPagedMergeSource",
