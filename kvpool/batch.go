@@ -366,14 +366,14 @@ func (b *Batch) step(gi int, causal bool) *groupStep {
 			continue
 		}
 		var part opsPart
-		paged := b.p.paged && len(b.rows[rows[0]].Tokens) == 1
-		lone := len(rows) == 1 && !b.p.split
-		if !paged || lone {
-			part = b.opsPart(gi, rows, causal)
-		}
+		paged := b.p.decode != decodeOps && len(b.rows[rows[0]].Tokens) == 1
 		// The kernel, unless a lone row's keys are a view of the pool (the
 		// split kernel takes every row).
-		if paged && (!lone || part.from < 0) {
+		view := !paged || len(rows) == 1 && b.p.decode == decodePaged
+		if view {
+			part = b.opsPart(gi, rows, causal)
+		}
+		if paged && (!view || part.from < 0) {
 			part = b.pagedPart(gi, rows, causal)
 		}
 		for j, r := range rows {
@@ -576,7 +576,7 @@ func (b *Batch) attend(li int, q, k, v mlx.Array, scale float32, sinks mlx.Array
 		}
 		if part.paged {
 			decode := f.PagedDecode
-			if p.split {
+			if p.decode == decodeSplit {
 				decode = f.PagedDecodeSplit
 			}
 			outs[i] = decode(qp, p.k[src], p.v[src], part.table, part.meta, BlockTokens, p.groups[gi].window, scale, sinks, pagedKeys)

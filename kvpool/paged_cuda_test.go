@@ -70,8 +70,8 @@ func TestAttendPagedCUDA(t *testing.T) {
 					return
 				}
 				defer p.Close()
-				if p.paged == c.ops || p.split != (c.env == "split") {
-					t.Errorf("paged = %v, split = %v with Ops %v and PROVIDER_GPU_PAGED=%s", p.paged, p.split, c.ops, c.env)
+				if paged, split := p.decode != decodeOps, p.decode == decodeSplit; paged == c.ops || split != (c.env == "split") {
+					t.Errorf("paged = %v, split = %v with Ops %v and PROVIDER_GPU_PAGED=%s", paged, split, c.ops, c.env)
 					return
 				}
 				runAttend(t, p, c.D, c.tol)

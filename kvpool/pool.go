@@ -40,19 +40,15 @@ type Options struct {
 // HeadDim], and per group of layers with the same window one block
 // allocator. All methods run on the MLX thread.
 type Pool struct {
-	s     mlx.Stream
-	dtype mlx.Dtype
-	opt   Options
-	fused bool
-	// paged: single-token rows attend through the CUDA paged decode
-	// kernel instead of gathered keys (a lone row whose keys lie in
-	// consecutive slots through MLX's attention over a view of the pool);
-	// split: every single-token row through the split kernel.
-	paged, split bool
-	layers       []Layer
-	group        []int // per layer, sharing layers included
-	groups       []*group
-	k, v         []mlx.Array // per layer; invalid for sharing layers
+	s      mlx.Stream
+	dtype  mlx.Dtype
+	opt    Options
+	fused  bool
+	decode decodePath
+	layers []Layer
+	group  []int // per layer, sharing layers included
+	groups []*group
+	k, v   []mlx.Array // per layer; invalid for sharing layers
 	// onFull is told of every block a step fills, before sliding groups
 	// let go of it (see SetOnFull).
 	onFull func(s *Seq, block int)
@@ -81,6 +77,21 @@ func RingBlocks(w int) int {
 	return (w-1+BlockTokens-1)/BlockTokens + 1
 }
 
+// decodePath is how single-token rows attend on a GPU.
+type decodePath uint8
+
+const (
+	// decodeOps: MLX's attention over gathered keys (or a view of the
+	// pool), as prefill chunks do.
+	decodeOps decodePath = iota
+	// decodePaged: the CUDA paged decode kernel, but for a lone row whose
+	// keys lie in consecutive slots (MLX's attention over a view of the
+	// pool).
+	decodePaged
+	// decodeSplit: every row through the split kernel.
+	decodeSplit
+)
+
 // pagedKeys is how many consecutive keys each warp of the CUDA paged
 // decode kernel takes per turn (the tests also run 1).
 var pagedKeys = 4
@@ -101,7 +112,12 @@ func New(s mlx.Stream, d mlx.Dtype, layers []Layer, opt Options) (*Pool, error) 
 			if err != nil {
 				return nil, err
 			}
-			p.paged, p.split = ok, ok && v == "split"
+			switch {
+			case ok && v == "split":
+				p.decode = decodeSplit
+			case ok:
+				p.decode = decodePaged
+			}
 		case "0":
 		default:
 			return nil, fmt.Errorf("kvpool: PROVIDER_GPU_PAGED=%q: want 0, 1 or split", v)

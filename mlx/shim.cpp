@@ -656,7 +656,7 @@ namespace {
 // visible keys, normalized with the head's sink logit, if any, in the
 // denominator. kPagedSplitParts (PROVIDER_GPU_PAGED=split): one block per
 // (query, head, block of the row's table), at most 256 keys, leaving the
-// block's max, sum and unnormalized output, which kPagedMergeSource
+// block's max, sum and unnormalized output, which kPagedMergeParts
 // combines over the blocks. A row splits at its own block boundaries
 // whatever else the step holds, so a query's floats are the same alone
 // and batched. Until the split kernel has run on a device, the first
@@ -822,10 +822,11 @@ std::string kernel_source(const char* const (&parts)[N]) {
   return s;
 }
 
-// The merge of kPagedSplitParts' per-block results: one warp per
-// (query, head) combines the blocks in order (an empty block adds exact
-// zeros), with the head's sink logit, if any, in the denominator.
-constexpr const char* kPagedMergeSource = R"(
+// The merge of kPagedSplitParts' per-block results (then kPagedWriteOut):
+// one warp per (query, head) combines the blocks in order (an empty block
+// adds exact zeros), with the head's sink logit, if any, in the
+// denominator.
+constexpr const char* kPagedMerge = R"(
   constexpr int EPL = D / 32;
   const int h = blockIdx.x;
   const int i = blockIdx.y;
@@ -855,12 +856,9 @@ constexpr const char* kPagedMergeSource = R"(
       out[e] += prow[e * 32] * c;
     }
   }
-  T* orow = o + ((size_t)i * H + h) * D + lane;
-#pragma unroll
-  for (int e = 0; e < EPL; e++) {
-    orow[e * 32] = static_cast<T>(out[e] / L);
-  }
 )";
+
+constexpr const char* kPagedMergeParts[] = {kPagedMerge, kPagedWriteOut};
 
 // check_paged_decode refuses what the paged decode kernels cannot serve.
 void check_paged_decode(const mx::array& q, int keys) {
@@ -924,8 +922,8 @@ int mlx_cuda_paged_decode_split(mlx_array* res, const mlx_array q, const mlx_arr
     static auto kernel = mx::fast::cuda_kernel("paged_decode_split", {"q", "kpool", "vpool", "table", "meta"}, {"po", "pml"},
                                                kernel_source(kPagedSplitParts), "",
                                                /*ensure_row_contiguous=*/true);
-    static auto merge = mx::fast::cuda_kernel("paged_decode_merge", {"po", "pml", "sinks"}, {"o"}, kPagedMergeSource, "",
-                                              /*ensure_row_contiguous=*/true);
+    static auto merge = mx::fast::cuda_kernel("paged_decode_merge", {"po", "pml", "sinks"}, {"o"},
+                                              kernel_source(kPagedMergeParts), "", /*ensure_row_contiguous=*/true);
     const mx::array& qa = arr(q);
     check_paged_decode(qa, keys);
     const int P = qa.shape(0), H = qa.shape(1), D = qa.shape(2);

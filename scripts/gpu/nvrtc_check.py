@@ -105,7 +105,7 @@ def main():
                 cases.append((f"paged_decode_split {t} D={d} window={window}", "kPagedSplitParts",
                               pool, [("po", "float32"), ("pml", "float32")], common + [("U", 4)]))
             for sinks in (False, True):
-                cases.append((f"paged_decode_merge {t} D={d} sinks={sinks}", "kPagedMergeSource",
+                cases.append((f"paged_decode_merge {t} D={d} sinks={sinks}", "kPagedMergeParts",
                               [("po", "float32"), ("pml", "float32"), ("sinks", "float32")], [("o", t)],
                               [("T", t), ("D", d), ("HAS_SINKS", sinks)]))
     failed = 0
