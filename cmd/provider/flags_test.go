@@ -32,7 +32,7 @@ func TestHelpNamesEveryFlag(t *testing.T) {
 	for cmd, flags := range map[string][]string{
 		"generate": {"model", "dummy-weights", "tokenizer", "dummy-seed", "prompt", "chat", "max-tokens", "temperature", "top-p", "top-k", "seed", "device"},
 		"serve": {"model", "dummy-weights", "tokenizer", "dummy-seed", "addr", "max-concurrent", "kv-bytes", "device", "prefix-cache-bytes", "ctx-size",
-			"log-format", "max-connections", "models-dir", "max-slots", "idle-unload", "coordinator", "no-auth", "token-file", "config"},
+			"step-tokens", "log-format", "max-connections", "models-dir", "max-slots", "idle-unload", "coordinator", "no-auth", "token-file", "config"},
 		"info":    {"model", "tokens"},
 		"convert": {"model", "out"},
 	} {

@@ -101,6 +101,7 @@ func runServe(args []string) error {
 	var kvBytes, prefixBytes byteSize
 	fs.Var(&kvBytes, "kv-bytes", "KV cache `size` shared by all loaded models (bytes, or with a unit: 2GiB, 500MB); 0 derives it from the device's memory on a GPU, physical memory on the CPU, less the weights held")
 	device := fs.String("device", "auto", "auto, cpu or gpu")
+	stepTokens := fs.Int("step-tokens", 0, fmt.Sprintf("tokens one engine step processes at most: one per decoding request plus prefill chunks of at most %d; 0 is %d on the CPU, where longer forwards cost more a token and the oldest prompt should finish first, and %d on a GPU", engine.DefaultPrefillChunk, cpuStepTokens, engine.DefaultTokenBudget))
 	fs.Var(&prefixBytes, "prefix-cache-bytes", "RAM `size` of each model's prefix cache, carved out of its KV grant (the engine keeps at least 1 GiB); 0 is physical memory / 8")
 	ctxSize := fs.Int("ctx-size", 0, "context length in `tokens` (prompt plus output) of every model; 0 is each model's own, a larger value is clamped to it")
 	maxConns := fs.Int("max-connections", 1024, "open HTTP connections at most; more wait in the kernel's accept queue")
@@ -146,12 +147,18 @@ func runServe(args []string) error {
 	if *ctxSize < 0 {
 		return usageError{fmt.Sprintf("serve: --ctx-size %d: must be at least 0", *ctxSize)}
 	}
+	if *stepTokens < 0 {
+		return usageError{fmt.Sprintf("serve: --step-tokens %d: must be at least 0", *stepTokens)}
+	}
 	conc, err := concurrencyCap(*maxConc)
 	if err != nil {
 		return err
 	}
 	if conc != *maxConc {
 		log.Warn("--max-concurrent above the limit, clamped", "requested", *maxConc, "max_concurrent", conc)
+	}
+	if *stepTokens > 0 && *stepTokens < conc {
+		return usageError{fmt.Sprintf("serve: --step-tokens %d: below --max-concurrent %d, some decoding requests would get no token in a step", *stepTokens, conc)}
 	}
 	catalog, err := buildCatalog(mf, set["model"], *modelsDir)
 	if err != nil {
@@ -185,7 +192,7 @@ func runServe(args []string) error {
 	if group.Size() > 1 {
 		log.Info("tensor parallelism", "ranks", group.Size(), "backend", *tf.backend)
 	}
-	ld := &serveLoader{mf: mf, tp: group, device: *device, log: log, conc: conc, prefixBytes: int64(prefixBytes), ctxSize: *ctxSize, archs: family.Supported(),
+	ld := &serveLoader{mf: mf, tp: group, device: *device, log: log, conc: conc, stepTokens: *stepTokens, prefixBytes: int64(prefixBytes), ctxSize: *ctxSize, archs: family.Supported(),
 		entries: map[string]catalogEntry{}, probed: map[string]slots.Info{}}
 	for _, e := range catalog {
 		ld.entries[e.name] = e

@@ -95,6 +95,33 @@ func TestConcurrencyCap(t *testing.T) {
 	}
 }
 
+func TestStepBudget(t *testing.T) {
+	for _, tt := range []struct {
+		flag int
+		cpu  bool
+		want int
+	}{{0, true, cpuStepTokens}, {0, false, engine.DefaultTokenBudget}, {1024, true, 1024}, {64, false, 64}} {
+		if got := stepBudget(tt.flag, tt.cpu); got != tt.want {
+			t.Errorf("stepBudget(%d, cpu %v) = %d, want %d", tt.flag, tt.cpu, got, tt.want)
+		}
+	}
+	if cpuStepTokens != engine.DefaultPrefillChunk {
+		t.Errorf("cpuStepTokens %d, want one prefill chunk (%d)", cpuStepTokens, engine.DefaultPrefillChunk)
+	}
+}
+
+// TestServeStepTokensRefused: a negative --step-tokens, or one below
+// --max-concurrent (a decoding request would get no token in some steps),
+// is a usage error named in one line.
+func TestServeStepTokensRefused(t *testing.T) {
+	for _, args := range [][]string{{"--step-tokens", "-1"}, {"--step-tokens", "4", "--max-concurrent", "8"}} {
+		_, stderr, code := run(t, append([]string{"serve", "--model", stories, "--addr", "127.0.0.1:0"}, args...)...)
+		if code != 2 || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "--step-tokens "+args[1]) {
+			t.Errorf("serve %v: exit %d, stderr %q; want 2 and one line naming --step-tokens", args, code, stderr)
+		}
+	}
+}
+
 func TestServeMaxConcurrentBelowOne(t *testing.T) {
 	_, stderr, code := run(t, "serve", "--model", stories, "--addr", "127.0.0.1:0", "--max-concurrent", "0")
 	if code != 2 || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "--max-concurrent 0") {

@@ -97,6 +97,25 @@ func kvRateFP16(c model.Config) int64 {
 	return n
 }
 
+// cpuStepTokens is the default step budget on the CPU: one prefill chunk.
+// There a forward of 2,048 tokens costs more a token than one of 512
+// (measured on 2 cores), and a budget of one chunk finishes prompts one at
+// a time, oldest first, so that requests waiting for a prompt's prefix
+// blocks get them as early as possible instead of all at once.
+const cpuStepTokens = engine.DefaultPrefillChunk
+
+// stepBudget is the engine's step token budget: --step-tokens when given,
+// else cpuStepTokens on the CPU and the engine's default on a GPU.
+func stepBudget(flag int, cpu bool) int {
+	switch {
+	case flag > 0:
+		return flag
+	case cpu:
+		return cpuStepTokens
+	}
+	return engine.DefaultTokenBudget
+}
+
 // serveLoader loads catalog models for the slot manager: weights on their
 // own MLX thread, the prefix cache and its SSD tier, the engine, and the
 // registration with the HTTP server.
@@ -106,6 +125,7 @@ type serveLoader struct {
 	srv         *server.Server
 	log         *slog.Logger
 	conc        int
+	stepTokens  int // --step-tokens (0: stepBudget's default)
 	prefixBytes int64
 	ctxSize     int // --ctx-size: caps every model's context (0: none)
 	archs       []string
@@ -276,7 +296,7 @@ func (sl *serveLoader) Load(_ context.Context, name string, grant int64) (slots.
 	}
 	l.name = name
 	l.net = withFaults(l.net)
-	opt := engine.Options{Sched: engine.Config{MaxConcurrent: sl.conc}, KVCapacity: grant, Clock: sl.clock, BeforeStep: sl.beforeStep, Ahead: os.Getenv("PROVIDER_STEP_AHEAD") == "1", Log: sl.log.With("model", name)}
+	opt := engine.Options{Sched: engine.Config{MaxConcurrent: sl.conc, TokenBudget: stepBudget(sl.stepTokens, l.s.IsCPU())}, KVCapacity: grant, Clock: sl.clock, BeforeStep: sl.beforeStep, Ahead: os.Getenv("PROVIDER_STEP_AHEAD") == "1", Log: sl.log.With("model", name)}
 	if opt.Prefix, err = sl.prefix(l, e, grant); err != nil {
 		l.close()
 		return nil, err
