@@ -251,6 +251,23 @@ func (p *Pool) release(gi int, b int32) {
 	}
 }
 
+// Reserve grows every group's storage to at least blocks blocks, so that
+// steps after it find the pool at that size; ErrFull where MaxBytes stops
+// a group short of it (grown as far as the bound allows).
+func (p *Pool) Reserve(blocks int) error {
+	for gi, g := range p.groups {
+		if g.blocks < blocks {
+			if err := p.growTo(gi, blocks); err != nil {
+				return err
+			}
+		}
+		if g.blocks < blocks {
+			return ErrFull
+		}
+	}
+	return nil
+}
+
 // grow doubles group g's storage (at least 4 blocks), copying what it holds.
 func (p *Pool) grow(gi int) error {
 	return p.growTo(gi, max(2*p.groups[gi].blocks, 4))
@@ -284,6 +301,13 @@ func (p *Pool) growTo(gi, n int) error {
 			*a = next
 		}
 	}
+	// The old arrays' buffers go back to the system now, not to MLX's
+	// buffer cache: on CUDA that cache may keep as much as the device's
+	// memory limit, and MLX allocates managed memory, so a pool grown to a
+	// large share of the card, beside its own cached former copies, would
+	// oversubscribe the device and page to the host on every step instead
+	// of failing.
+	mlx.ClearCache()
 	for b := n - 1; b >= g.blocks; b-- {
 		g.free = append(g.free, int32(b))
 	}

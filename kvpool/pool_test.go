@@ -99,6 +99,31 @@ func maxBytes(t *testing.T, s mlx.Stream) {
 	}
 }
 
+func TestReserve(t *testing.T) { onMLX(t, func(s mlx.Stream) { reserve(t, s) }) }
+
+// reserve: Reserve grows the pool to the blocks asked (never shrinks it),
+// within MaxBytes.
+func reserve(t *testing.T, s mlx.Stream) {
+	layers := []Layer{{KVHeads: 1, HeadDim: 4, SharedFrom: -1}}
+	blockBytes := int64(BlockTokens * 2 * 4 * 4)
+	p, err := New(s, mlx.Float32, layers, Options{MaxBytes: 6 * blockBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for _, n := range []int{5, 3} {
+		if err := p.Reserve(n); err != nil {
+			t.Fatalf("Reserve(%d): %v", n, err)
+		}
+		if got := p.Bytes(); got != 5*blockBytes {
+			t.Fatalf("after Reserve(%d): %d bytes, want 5 blocks (%d)", n, got, 5*blockBytes)
+		}
+	}
+	if err := p.Reserve(7); err != ErrFull {
+		t.Fatalf("Reserve(7) beyond a 6-block bound: err %v, want ErrFull", err)
+	}
+}
+
 // history is the host copy of every key and value a row stored, per layer.
 type history struct{ k, v [][]float32 } // [layer][pos*KVH*D]
 

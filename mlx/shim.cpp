@@ -659,8 +659,7 @@ namespace {
 // block's max, sum and unnormalized output, which kPagedMergeParts
 // combines over the blocks. A row splits at its own block boundaries
 // whatever else the step holds, so a query's floats are the same alone
-// and batched. Until the split kernel has run on a device, the first
-// stays the default.
+// and batched. The first stays the default (kvpool's doc says why).
 constexpr const char* kPagedHead = R"(
   constexpr int EPL = D / 32;
   const int h = blockIdx.x;

@@ -68,6 +68,13 @@ func benchDecodeStep(b *testing.B, s mlx.Stream, cfg model.Config, net *llama.Mo
 		b.Fatal(err)
 	}
 	defer p.Close()
+	// PROVIDER_BENCH_POOL_BLOCKS: the pool grown to that many blocks first,
+	// as a server's is once its prefix cache holds many blocks.
+	if n, err := strconv.Atoi(os.Getenv("PROVIDER_BENCH_POOL_BLOCKS")); err == nil && n > 0 {
+		if err := p.Reserve(n); err != nil {
+			b.Fatal(err)
+		}
+	}
 	seqs := make([]*kvpool.Seq, rows)
 	pre := make([]kvpool.Row, rows)
 	for r := range seqs {

@@ -7,6 +7,7 @@
 #   bash scripts/gpu/session.sh test     # kvpool's CUDA test (paged decode kernel), decode-step benchmark
 #   SERVERS=ours bash scripts/gpu/session.sh llama      # bench_gpu.sh llama
 #   SERVERS=ours,mlx-lm bash scripts/gpu/session.sh prefix
+#   MODES="split 1" bash scripts/gpu/session.sh diag    # one server per decode mode, shared-prefix c=1
 #
 # The decode-step benchmark (model/llama BenchmarkDecodeStep) times steps
 # of 1 and 8 rows on the random Llama-2-7B-shape checkpoint, after prompts
@@ -37,11 +38,12 @@ test)
 	echo "kvpool test: exit $?"
 	grep -E '^(=== RUN|--- |PASS|FAIL|ok)|Error|error' "$D/kvpool.txt" | head -40
 	checkpoint
-	# STEPS: prompt:PROVIDER_GPU_PAGED[:sub-benchmark], in the order run.
+	# STEPS: prompt:PROVIDER_GPU_PAGED[:sub-benchmark[:pool blocks]], in the order run.
 	for run in ${STEPS:-2048:1:rows1 2048:split:rows1 120:1 120:split 1024:1:rows8 1024:split:rows8}; do
-		IFS=: read -r prompt paged rows <<<"$run"
-		name=step-prompt$prompt-paged$paged${rows:+-$rows}
+		IFS=: read -r prompt paged rows pool <<<"$run"
+		name=step-prompt$prompt-paged$paged${rows:+-$rows}${pool:+-pool$pool}
 		(cd model/llama && PROVIDER_GPU_PAGED=$paged PROVIDER_BENCH_MODEL=$CKPT PROVIDER_BENCH_PROMPT=$prompt \
+			PROVIDER_BENCH_POOL_BLOCKS=${pool:-0} \
 			timeout 150 /tmp/llama.test -test.run '^$' -test.bench "BenchmarkDecodeStep/${rows:-}" -test.benchtime 30x) \
 			>"$D/$name.txt" 2>&1
 		echo "$name: exit $?"
@@ -62,6 +64,30 @@ prefix)
 		timeout "${LIMIT:-480}" bash scripts/bench_gpu.sh prefix
 	echo "bench prefix: exit $?"
 	grep -h -E 'warm-up|slow step' "$D"/logs/ours*.log 2>/dev/null | head -20
+	;;
+diag)
+	# Per PROVIDER_GPU_PAGED mode in MODES: our server with the prefix
+	# cache (RAM), 6 shared-prefix requests at c=1, then its step metrics
+	# and how many kernels MLX had compiled to disk before and after them
+	# (a count that grows while serving means kernels compiled per step).
+	checkpoint
+	ptx=$HOME/.cache/provider/mlx
+	for mode in ${MODES:-split 1}; do
+		PROVIDER_GPU_PAGED=$mode PROVIDER_PREFIX_CACHE_SSD=0 /tmp/provider serve --no-auth --model "$CKPT" \
+			--addr 127.0.0.1:18504 --max-concurrent 8 >"$D/server-$mode.log" 2>&1 &
+		pid=$!
+		for _ in $(seq 300); do curl -sf http://127.0.0.1:18504/health >/dev/null && break; sleep 1; done
+		before=$(find "$ptx" -type f 2>/dev/null | wc -l)
+		/tmp/provider bench --target "ours=http://127.0.0.1:18504" --model llama2-7b-4bit --endpoint completions \
+			--concurrency 1 --requests 6 --prompts shared-prefix --prompt-tokens 2112 --prefix-tokens 2048 --prefixes 2 \
+			--max-tokens 32 --ignore-eos --warmup 0 --seed 5 --progress=false --out "$D/bench-$mode" >"$D/bench-$mode.txt" 2>&1
+		after=$(find "$ptx" -type f 2>/dev/null | wc -l)
+		echo "mode $mode: kernels on disk $before -> $after"
+		curl -sf http://127.0.0.1:18504/metrics | grep -E '^provider_slot_step|^provider_engine_steps_total' | tee "$D/metrics-$mode.txt"
+		grep -h '"msg":"request"' "$D/server-$mode.log" | grep -o '"cached_tokens":[0-9]*,.*"e2e_ms":[0-9]*'
+		kill $pid
+		wait $pid
+	done
 	;;
 *)
 	echo "session.sh: unknown phase $PHASE" >&2
