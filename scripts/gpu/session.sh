@@ -8,6 +8,7 @@
 #   SERVERS=ours bash scripts/gpu/session.sh llama      # bench_gpu.sh llama
 #   SERVERS=ours,mlx-lm bash scripts/gpu/session.sh prefix
 #   MODES="split 1" bash scripts/gpu/session.sh diag    # one server per decode mode, shared-prefix c=1
+#   PROVIDER_GPU_PAGED=split bash scripts/gpu/session.sh burst  # c=1 decode after a c=8 burst that grows the pool
 #
 # The decode-step benchmark (model/llama BenchmarkDecodeStep) times steps
 # of 1 and 8 rows on the random Llama-2-7B-shape checkpoint, after prompts
@@ -88,6 +89,28 @@ diag)
 		kill $pid
 		wait $pid
 	done
+	;;
+burst)
+	# Most of the prefix phase's warm-up (random ~2,112-token prompts, 16
+	# at c=8: the prefix cache fills to about its budget and the pool
+	# grows past it), then 4 requests at c=1; each request's TPOT from the
+	# server's log, to see whether decode stays as fast after the growth.
+	checkpoint
+	PROVIDER_PREFIX_CACHE_SSD=0 /tmp/provider serve --no-auth --model "$CKPT" --addr 127.0.0.1:18505 \
+		--max-concurrent 8 >"$D/server.log" 2>&1 &
+	pid=$!
+	for _ in $(seq 300); do curl -sf http://127.0.0.1:18505/health >/dev/null && break; sleep 1; done
+	for run in "8 16 16 99" "1 4 32 7"; do
+		read -r levels n tokens seed <<<"$run"
+		/tmp/provider bench --target "ours=http://127.0.0.1:18505" --model llama2-7b-4bit --endpoint completions \
+			--concurrency "$levels" --requests "$n" --prompts random --prompt-tokens 2112 --max-tokens "$tokens" \
+			--ignore-eos --warmup 0 --seed "$seed" --progress=false --out "$D/bench-$seed" >"$D/bench-$seed.txt" 2>&1
+	done
+	grep -h '"msg":"request"' "$D/server.log" | sed -E 's/.*"prompt_tokens":([0-9]+),"completion_tokens":([0-9]+),"cached_tokens":([0-9]+).*"ttft_ms":([0-9]+),"e2e_ms":([0-9]+).*/\1 \2 \3 \4 \5/' |
+		awk '{printf "prompt %d out %d cached %d ttft %d ms tpot %.1f ms\n", $1, $2, $3, $4, ($5-$4)/($2>1?$2-1:1)}'
+	grep -h 'prefix cache stats' "$D/server.log" | tail -1
+	kill $pid
+	wait $pid
 	;;
 *)
 	echo "session.sh: unknown phase $PHASE" >&2
