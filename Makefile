@@ -150,14 +150,16 @@ bench-video-tower: setup
 # the cache off and llama-server with its prompt cache and host-RAM cache
 # on (its defaults). mlx_lm.server's prompt cache is measured on a GPU
 # (scripts/bench_gpu.sh prefix): on a 2-core CPU it takes about 4 minutes
-# per cold request of this workload. SHARED_REQUESTS=32 runs as many
-# requests per level as the GPU runs: at c=8, 16 requests are two waves of
-# eight, the first bringing every prefix.
+# per cold request of this workload. 32 requests per level, as the GPU
+# runs: at c=8, 16 requests would be two waves of eight, the first bringing
+# every prefix, and their p50 the midpoint between the waves
+# (bench/results/prefix-x86_64-2cpu-2026-12-05d). SHARED_REQUESTS=16 runs
+# the earlier reports' size.
 .PHONY: bench-prefix
 bench-prefix: $(DEPS)/smollm2/.ok build
 	bash scripts/setup_peers.sh
 	WORKLOADS=shared-prefix TARGETS=$${TARGETS:-ours,ours-cold,llama.cpp} \
-	SHARED_CONCURRENCY=1,8 SHARED_REQUESTS=$${SHARED_REQUESTS:-16} SHARED_PREFIXES=4 \
+	SHARED_CONCURRENCY=1,8 SHARED_REQUESTS=$${SHARED_REQUESTS:-32} SHARED_PREFIXES=4 \
 	SHARED_PREFIX_TOKENS=2048 SHARED_PROMPT_TOKENS=2112 MAX_TOKENS=64 \
 	LLAMACPP_SLOT_CTX=4096 OUT=bench/results/prefix-$$(uname -m)-$$(nproc)cpu-$$(date +%Y-%m-%d) \
 	bash scripts/sidebyside.sh
