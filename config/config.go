@@ -78,6 +78,7 @@ var table = []entry{
 	{key: "backend.max_slots", kind: kindInt, flag: "max-slots"},
 	{key: "backend.kv_bytes", kind: kindInt, flag: "kv-bytes"},
 	{key: "backend.device", kind: kindString, flag: "device"},
+	{key: "backend.step_tokens", kind: kindInt, flag: "step-tokens"},
 	{key: "backend.continuous_batching", ignored: "requests are always batched; backend.max_concurrent bounds them", reference: true},
 
 	{key: "coordinator.url", kind: kindString, flag: "coordinator", reference: true},

@@ -20,6 +20,7 @@
 //	            max_slots                --max-slots                   ours
 //	            kv_bytes                 --kv-bytes                    ours
 //	            device                   --device                      ours
+//	            step_tokens              --step-tokens                 ours
 //	            continuous_batching      ignored                       reference
 //	[coordinator] url                    --coordinator                 reference
 //	            heartbeat_interval_secs  ignored                       reference
