@@ -197,6 +197,7 @@ func (e *Engine) run(batch []work) ([]pick, error) {
 	if e.opt.Log != nil && t2.Sub(t0) >= time.Second {
 		e.warnSlow(batch, len(passes), t0, t1, t2)
 	}
+	e.logPoolGrowth()
 	e.mu.Lock()
 	e.times.Steps++
 	if len(passes) > 0 && passes[0].keep != nil {
@@ -279,6 +280,24 @@ func (e *Engine) buildAhead(batch []work, passes []*pass) bool {
 	}
 	e.ahead = a
 	return true
+}
+
+// logPoolGrowth logs a step that grew the KV pool, with MLX's active and
+// cached memory after it. The pool grows by copying into an array twice
+// its size, and on CUDA MLX allocates managed memory, which pages to the
+// host instead of failing once the card is full: a growth near the
+// device's memory is where a server that slows down for good would have
+// started.
+func (e *Engine) logPoolGrowth() {
+	b := e.pool.Bytes()
+	if b <= e.poolBytes {
+		return
+	}
+	if e.opt.Log != nil {
+		e.opt.Log.Info("kv pool grew", "bytes", b, "from_bytes", e.poolBytes, "mlx_active_bytes", mlx.ActiveMemory(),
+			"mlx_cache_bytes", mlx.CacheMemory())
+	}
+	e.poolBytes = b
 }
 
 // warnSlow logs a step of a second or more that slowStep finds worth a

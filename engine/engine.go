@@ -138,6 +138,9 @@ type Engine struct {
 	net model.Network
 	// pool holds every row's keys and values; only the loop touches it.
 	pool *kvpool.Pool
+	// poolBytes is the pool's storage after the last step (loop only):
+	// a step that grew it is logged.
+	poolBytes int64
 	// prefix is the prefix cache over pool; nil when off. Loop only.
 	prefix *cache.Index
 
