@@ -57,14 +57,14 @@ llama)
 		REQUESTS=${REQUESTS:-64} WARM_REQUESTS=${WARM_REQUESTS:-16} MAX_TOKENS=${MAX_TOKENS:-64} \
 		timeout "${LIMIT:-480}" bash scripts/bench_gpu.sh llama
 	echo "bench llama: exit $?"
-	grep -h -E 'warm-up|slow step' "$D"/logs/ours*.log 2>/dev/null | head -20
+	grep -h -E 'warm-up|slow step|kv pool grew' "$D"/logs/ours*.log 2>/dev/null | head -30
 	;;
 prefix)
 	checkpoint
 	OUT=$D PROVIDER=/tmp/provider TOKENIZER_LLAMA=/tmp/tok/llama2.json MAX_TOKENS=${MAX_TOKENS:-64} \
 		timeout "${LIMIT:-480}" bash scripts/bench_gpu.sh prefix
 	echo "bench prefix: exit $?"
-	grep -h -E 'warm-up|slow step' "$D"/logs/ours*.log 2>/dev/null | head -20
+	grep -h -E 'warm-up|slow step|kv pool grew' "$D"/logs/ours*.log 2>/dev/null | head -30
 	;;
 diag)
 	# Per PROVIDER_GPU_PAGED mode in MODES: our server with the prefix
@@ -86,6 +86,7 @@ diag)
 		echo "mode $mode: kernels on disk $before -> $after"
 		curl -sf http://127.0.0.1:18504/metrics | grep -E '^provider_slot_step|^provider_engine_steps_total' | tee "$D/metrics-$mode.txt"
 		grep -h '"msg":"request"' "$D/server-$mode.log" | grep -o '"cached_tokens":[0-9]*,.*"e2e_ms":[0-9]*'
+		grep -h 'kv pool grew' "$D/server-$mode.log"
 		kill $pid
 		wait $pid
 	done
@@ -109,6 +110,7 @@ burst)
 	grep -h '"msg":"request"' "$D/server.log" | sed -E 's/.*"prompt_tokens":([0-9]+),"completion_tokens":([0-9]+),"cached_tokens":([0-9]+).*"ttft_ms":([0-9]+),"e2e_ms":([0-9]+).*/\1 \2 \3 \4 \5/' |
 		awk '{printf "prompt %d out %d cached %d ttft %d ms tpot %.1f ms\n", $1, $2, $3, $4, ($5-$4)/($2>1?$2-1:1)}'
 	grep -h 'prefix cache stats' "$D/server.log" | tail -1
+	grep -h 'kv pool grew' "$D/server.log"
 	kill $pid
 	wait $pid
 	;;
