@@ -1,40 +1,21 @@
 package engine_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
-	"sync"
+	"strings"
 	"testing"
 
 	"github.com/goprovider/provider/engine"
+	"github.com/goprovider/provider/internal/syncbuf"
 )
-
-// lockedBuffer is a log sink the loop goroutine writes while the test
-// reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) lines() [][]byte {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return bytes.Split(bytes.TrimSpace(l.b.Bytes()), []byte("\n"))
-}
 
 // TestPoolGrowthLogged: the step that first allocates the KV pool's storage
 // is logged with the new size, the old one, and MLX's memory after it; a
 // later step that does not grow the pool logs nothing more.
 func TestPoolGrowthLogged(t *testing.T) {
-	var sink lockedBuffer
+	var sink syncbuf.Buffer
 	e, m := realEngine(t, engine.Options{Log: slog.New(slog.NewJSONHandler(&sink, nil))})
 	ps := prompts(m)
 	for _, id := range []engine.RequestID{"first", "second"} {
@@ -47,14 +28,14 @@ func TestPoolGrowthLogged(t *testing.T) {
 		}
 	}
 	var grew []map[string]any
-	for _, line := range sink.lines() {
+	for _, line := range strings.Split(strings.TrimSpace(sink.String()), "\n") {
 		var rec map[string]any
-		if json.Unmarshal(line, &rec) == nil && rec["msg"] == "kv pool grew" {
+		if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == "kv pool grew" {
 			grew = append(grew, rec)
 		}
 	}
 	if len(grew) != 1 {
-		t.Fatalf("%d growth lines after two short generations, want 1:\n%s", len(grew), bytes.Join(sink.lines(), []byte("\n")))
+		t.Fatalf("%d growth lines after two short generations, want 1:\n%s", len(grew), sink.String())
 	}
 	g := grew[0]
 	if b, _ := g["bytes"].(float64); b <= 0 || g["from_bytes"] != float64(0) {

@@ -30,6 +30,7 @@ import (
 	"github.com/goprovider/provider/engine/enginetest"
 	"github.com/goprovider/provider/family"
 	"github.com/goprovider/provider/graph"
+	"github.com/goprovider/provider/internal/syncbuf"
 	"github.com/goprovider/provider/slots"
 	"github.com/goprovider/provider/stages/stagestest"
 )
@@ -575,29 +576,10 @@ type cdpMessage struct {
 	} `json:"error,omitempty"`
 }
 
-// lockedBuffer is a bytes.Buffer safe for the process's writes and the
-// test's reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func launchBrowser(t *testing.T, bin string) *browser {
 	t.Helper()
 	dir := t.TempDir()
-	stderr := &lockedBuffer{}
+	stderr := &syncbuf.Buffer{}
 	cmd := exec.Command(bin,
 		"--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
 		"--no-first-run", "--no-default-browser-check", "--disable-extensions",

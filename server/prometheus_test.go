@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,11 +14,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/goprovider/provider/engine"
+	"github.com/goprovider/provider/internal/syncbuf"
 )
 
 // A real Prometheus scrapes the real stories260K server every 100 ms; after
@@ -90,7 +89,7 @@ func TestPrometheusScrapesRealServer(t *testing.T) {
 // data directory, killed when the test ends.
 type prometheus struct {
 	url string
-	log *syncBuffer
+	log *syncbuf.Buffer
 }
 
 func startPrometheus(t *testing.T, bin, target string) *prometheus {
@@ -108,7 +107,7 @@ scrape_configs:
 		t.Fatal(err)
 	}
 	addr := freeAddr(t)
-	p := &prometheus{url: "http://" + addr, log: &syncBuffer{}}
+	p := &prometheus{url: "http://" + addr, log: &syncbuf.Buffer{}}
 	cmd := exec.Command(bin,
 		"--config.file="+filepath.Join(dir, "prometheus.yml"),
 		"--storage.tsdb.path="+filepath.Join(dir, "data"),
@@ -204,23 +203,4 @@ func freeAddr(t *testing.T) string {
 	addr := l.Addr().String()
 	l.Close()
 	return addr
-}
-
-// syncBuffer is a bytes.Buffer a child process's output may write to
-// while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
