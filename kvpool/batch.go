@@ -575,11 +575,8 @@ func (b *Batch) attend(li int, q, k, v mlx.Array, scale float32, sinks mlx.Array
 			qp = f.Take(q, part.qIdx, 0)
 		}
 		if part.paged {
-			decode := f.PagedDecode
-			if p.decode == decodeSplit {
-				decode = f.PagedDecodeSplit
-			}
-			outs[i] = decode(qp, p.k[src], p.v[src], part.table, part.meta, BlockTokens, p.groups[gi].window, scale, sinks, pagedKeys)
+			outs[i] = f.PagedDecode(qp, p.k[src], p.v[src], part.table, part.meta, BlockTokens, p.groups[gi].window, scale, sinks,
+				pagedKeys, p.decode == decodeSplit)
 			continue
 		}
 		qq := f.Transpose(f.Reshape(qp, part.R, part.Tq, H, D), 0, 2, 1, 3)

@@ -73,7 +73,7 @@
 // than the SDPA path for a lone row, a third faster for rows that hit the
 // prefix cache, its one long server run not yet clean; see
 // bench/results/split-kernel-nvidia-h100-2026-12-05) sends every decode row, a lone one too, through a split kernel (mlx
-// PagedDecodeSplit): a block of threads per query, head and block of the
+// PagedDecode, split): a block of threads per query, head and block of the
 // row's table, at most 256 keys, then a second kernel that merges a
 // query's blocks in order, with the sink. A row splits at its own block
 // boundaries, so a lone row at 2,000 tokens still gives each head 8

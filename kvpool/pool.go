@@ -104,7 +104,7 @@ func New(s mlx.Stream, d mlx.Dtype, layers []Layer, opt Options) (*Pool, error) 
 	p.fused = !opt.Ops && d == mlx.Float32 && s.IsCPU()
 	// On CUDA, decode rows attend through the paged kernel unless
 	// PROVIDER_GPU_PAGED=0 keeps the MLX-ops path; =split sends every
-	// single-token row through the split kernel (mlx PagedDecodeSplit).
+	// single-token row through the split kernel (mlx PagedDecode with split).
 	if !opt.Ops && !s.IsCPU() {
 		switch v := os.Getenv("PROVIDER_GPU_PAGED"); v {
 		case "", "1", "split":

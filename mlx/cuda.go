@@ -30,21 +30,15 @@ func CUDAAvailable() (bool, error) {
 // [P, H, D] in q's dtype. It runs only on a CUDA stream: elsewhere the
 // frame fails, and callers use the MLX-ops attention (Attention over
 // gathered keys), which computes the same.
-func (f *Frame) PagedDecode(q, kPool, vPool, table, meta Array, block, window int, scale float32, sinks Array, keys int) Array {
+//
+// split computes the same in two kernels: the first takes one block of a
+// row's table per block of threads (so a few rows at a long context still
+// fill the GPU), the second merges each query's blocks in order. A row
+// splits at its own block boundaries, so a query's result does not depend
+// on the other rows of the call.
+func (f *Frame) PagedDecode(q, kPool, vPool, table, meta Array, block, window int, scale float32, sinks Array, keys int, split bool) Array {
 	return f.op("paged_decode", func(r *C.mlx_array) C.int {
 		return C.mlx_cuda_paged_decode(r, q.c, kPool.c, vPool.c, table.c, meta.c, C.int(block), C.int(window),
-			C.float(scale), sinks.c, C.int(keys), f.s.c)
-	}, q, kPool, vPool, table, meta)
-}
-
-// PagedDecodeSplit computes what PagedDecode does in two kernels: the
-// first takes one block of a row's table per block of threads (so a few
-// rows at a long context still fill the GPU), the second merges each
-// query's blocks in order. A row splits at its own block boundaries, so a
-// query's result does not depend on the other rows of the call.
-func (f *Frame) PagedDecodeSplit(q, kPool, vPool, table, meta Array, block, window int, scale float32, sinks Array, keys int) Array {
-	return f.op("paged_decode_split", func(r *C.mlx_array) C.int {
-		return C.mlx_cuda_paged_decode_split(r, q.c, kPool.c, vPool.c, table.c, meta.c, C.int(block), C.int(window),
-			C.float(scale), sinks.c, C.int(keys), f.s.c)
+			C.float(scale), sinks.c, C.int(keys), C.bool(split), f.s.c)
 	}, q, kPool, vPool, table, meta)
 }

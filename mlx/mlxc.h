@@ -146,15 +146,11 @@ int mlx_swiglu_compiled(mlx_array* res, const mlx_array g, const mlx_array u, co
 /* extension: whether MLX's CUDA backend is present and sees a device. */
 int mlx_cuda_available(bool* res);
 /* extension: one layer's attention of single-token queries over a paged KV
-   pool, as a CUDA kernel (see Frame.PagedDecode). */
+   pool, as a CUDA kernel, or split at each row's blocks and merged (see
+   Frame.PagedDecode). */
 int mlx_cuda_paged_decode(mlx_array* res, const mlx_array q, const mlx_array k_pool, const mlx_array v_pool,
                           const mlx_array table, const mlx_array meta, int block, int window, float scale,
-                          const mlx_array sinks, int keys, const mlx_stream s);
-/* extension: the same, each row's keys split at its blocks, then merged
-   (see Frame.PagedDecodeSplit). */
-int mlx_cuda_paged_decode_split(mlx_array* res, const mlx_array q, const mlx_array k_pool, const mlx_array v_pool,
-                                const mlx_array table, const mlx_array meta, int block, int window, float scale,
-                                const mlx_array sinks, int keys, const mlx_stream s);
+                          const mlx_array sinks, int keys, bool split, const mlx_stream s);
 int mlx_tanh(mlx_array* res, const mlx_array a, const mlx_stream s);
 int mlx_erf(mlx_array* res, const mlx_array a, const mlx_stream s);
 int mlx_cos(mlx_array* res, const mlx_array a, const mlx_stream s);

@@ -9,9 +9,11 @@
 #include <cstring>
 #include <exception>
 #include <initializer_list>
+#include <map>
 #include <optional>
 #include <string>
 #include <unordered_set>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -883,10 +885,23 @@ std::vector<std::pair<std::string, mx::fast::TemplateArg>> paged_template_args(c
           {"WINDOW", window}, {"SCALE_BITS", scale_bits}, {"U", keys}};
 }
 
-// sink_logits is a head's sink logits [H] as float32, zeros where there are
-// none (the kernels then read nothing).
+// sink_logits is a head's sink logits [H] as float32, or zeros where there
+// are none (the kernels then read nothing): those are made and evaluated
+// once per thread, head count and stream, not as two primitives per layer
+// and step.
 mx::array sink_logits(const mlx_array sinks, int heads, const mlx_stream s) {
-  return sinks.ctx != nullptr ? mx::astype(arr(sinks), mx::float32, strm(s)) : mx::zeros({heads}, mx::float32, strm(s));
+  const mx::Stream st = strm(s);
+  if (sinks.ctx != nullptr) {
+    return mx::astype(arr(sinks), mx::float32, st);
+  }
+  thread_local std::map<std::pair<int, int>, mx::array> zeros;
+  auto it = zeros.find({heads, st.index});
+  if (it == zeros.end()) {
+    mx::array z = mx::zeros({heads}, mx::float32, st);
+    mx::eval(z);
+    it = zeros.emplace(std::make_pair(heads, st.index), z).first;
+  }
+  return it->second;
 }
 
 }  // namespace
@@ -897,42 +912,36 @@ int mlx_cuda_available(bool* res) {
 
 int mlx_cuda_paged_decode(mlx_array* res, const mlx_array q, const mlx_array k_pool, const mlx_array v_pool,
                           const mlx_array table, const mlx_array meta, int block, int window, float scale,
-                          const mlx_array sinks, int keys, const mlx_stream s) {
+                          const mlx_array sinks, int keys, bool split, const mlx_stream s) {
   return guard([&] {
-    static auto kernel = mx::fast::cuda_kernel("paged_decode", {"q", "kpool", "vpool", "table", "meta", "sinks"}, {"o"},
-                                               kernel_source(kPagedDecodeParts), "",
-                                               /*ensure_row_contiguous=*/true);
-    const mx::array& qa = arr(q);
-    check_paged_decode(qa, keys);
-    const int P = qa.shape(0), H = qa.shape(1);
-    auto args = paged_template_args(qa, block, window, scale, keys);
-    args.insert(args.end() - 1, {"HAS_SINKS", sinks.ctx != nullptr});
-    auto out = kernel({qa, arr(k_pool), arr(v_pool), arr(table), arr(meta), sink_logits(sinks, H, s)}, {qa.shape()},
-                      {qa.dtype()}, {H * 32 * kPagedWarps, P, 1}, {32 * kPagedWarps, 1, 1}, args, std::nullopt, false,
-                      strm(s));
-    set(res, out[0]);
-  });
-}
-
-int mlx_cuda_paged_decode_split(mlx_array* res, const mlx_array q, const mlx_array k_pool, const mlx_array v_pool,
-                                const mlx_array table, const mlx_array meta, int block, int window, float scale,
-                                const mlx_array sinks, int keys, const mlx_stream s) {
-  return guard([&] {
-    static auto kernel = mx::fast::cuda_kernel("paged_decode_split", {"q", "kpool", "vpool", "table", "meta"}, {"po", "pml"},
-                                               kernel_source(kPagedSplitParts), "",
-                                               /*ensure_row_contiguous=*/true);
-    static auto merge = mx::fast::cuda_kernel("paged_decode_merge", {"po", "pml", "sinks"}, {"o"},
-                                              kernel_source(kPagedMergeParts), "", /*ensure_row_contiguous=*/true);
     const mx::array& qa = arr(q);
     check_paged_decode(qa, keys);
     const int P = qa.shape(0), H = qa.shape(1), D = qa.shape(2);
+    const bool has_sinks = sinks.ctx != nullptr;
+    auto args = paged_template_args(qa, block, window, scale, keys);
+    if (!split) {
+      static auto kernel = mx::fast::cuda_kernel("paged_decode", {"q", "kpool", "vpool", "table", "meta", "sinks"},
+                                                 {"o"}, kernel_source(kPagedDecodeParts), "",
+                                                 /*ensure_row_contiguous=*/true);
+      args.insert(args.end() - 1, {"HAS_SINKS", has_sinks});
+      auto out = kernel({qa, arr(k_pool), arr(v_pool), arr(table), arr(meta), sink_logits(sinks, H, s)}, {qa.shape()},
+                        {qa.dtype()}, {H * 32 * kPagedWarps, P, 1}, {32 * kPagedWarps, 1, 1}, args, std::nullopt,
+                        false, strm(s));
+      set(res, out[0]);
+      return;
+    }
+    static auto kernel = mx::fast::cuda_kernel("paged_decode_split", {"q", "kpool", "vpool", "table", "meta"},
+                                               {"po", "pml"}, kernel_source(kPagedSplitParts), "",
+                                               /*ensure_row_contiguous=*/true);
+    static auto merge = mx::fast::cuda_kernel("paged_decode_merge", {"po", "pml", "sinks"}, {"o"},
+                                              kernel_source(kPagedMergeParts), "", /*ensure_row_contiguous=*/true);
     const int MB = arr(table).shape(1);
     auto parts = kernel({qa, arr(k_pool), arr(v_pool), arr(table), arr(meta)}, {{P, H, MB, D}, {P, H, MB, 2}},
-                        {mx::float32, mx::float32}, {H * 32 * kPagedWarps, P, MB}, {32 * kPagedWarps, 1, 1},
-                        paged_template_args(qa, block, window, scale, keys), std::nullopt, false, strm(s));
+                        {mx::float32, mx::float32}, {H * 32 * kPagedWarps, P, MB}, {32 * kPagedWarps, 1, 1}, args,
+                        std::nullopt, false, strm(s));
     auto out = merge({parts[0], parts[1], sink_logits(sinks, H, s)}, {qa.shape()}, {qa.dtype()}, {H * 32, P, 1},
-                     {32, 1, 1}, {{"T", qa.dtype()}, {"D", D}, {"HAS_SINKS", sinks.ctx != nullptr}}, std::nullopt,
-                     false, strm(s));
+                     {32, 1, 1}, {{"T", qa.dtype()}, {"D", D}, {"HAS_SINKS", has_sinks}}, std::nullopt, false,
+                     strm(s));
     set(res, out[0]);
   });
 }
