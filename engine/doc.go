@@ -30,11 +30,11 @@
 // budget, the concurrency cap and the ledger allow. The budget is 2,048
 // tokens by default; `provider serve` makes it one prefill chunk (512) on
 // the CPU (--step-tokens), where a forward of 2,048 tokens costs more a
-// token than one of 512 and one chunk a step finishes prompts oldest first.
-// A prefill chunk never ends inside a multimodal span. When growth would overflow the ledger the
-// least important running row is preempted: it returns to the front of the
-// waiting queue and later recomputes its prompt and the tokens it already
-// generated. The watermark (5% of capacity) binds admissions only, so rows
+// token than one of 512 and one chunk a step finishes prompts oldest
+// first. A prefill chunk never ends inside a multimodal span. When growth
+// would overflow the ledger the least important running row is preempted:
+// it returns to the front of the waiting queue and later recomputes its
+// prompt and the tokens it already generated. The watermark (5% of capacity) binds admissions only, so rows
 // already running can grow into it. Shrinking the capacity never evicts: it
 // stops admissions until the ledger drains.
 //

@@ -69,17 +69,18 @@
 // attention instead: one block of threads per head is too few for one
 // row at a long context. PROVIDER_GPU_PAGED=0 keeps the MLX-ops path.
 //
-// PROVIDER_GPU_PAGED=split (opt-in: correct on an H100, a step no faster
-// than the SDPA path for a lone row, a third faster for rows that hit the
-// prefix cache, its one long server run not yet clean; see
-// bench/results/split-kernel-nvidia-h100-2026-12-05) sends every decode row, a lone one too, through a split kernel (mlx
-// PagedDecode, split): a block of threads per query, head and block of the
-// row's table, at most 256 keys, then a second kernel that merges a
-// query's blocks in order, with the sink. A row splits at its own block
-// boundaries, so a lone row at 2,000 tokens still gives each head 8
-// blocks of threads, and a query's floats do not depend on the rest of
-// the step. TestAttendPagedCUDA runs the same steps through both kernels
-// and the MLX-ops path against float64 attention.
+// PROVIDER_GPU_PAGED=split sends every decode row, a lone one too,
+// through a split kernel (mlx PagedDecode with split set): a block of
+// threads per query, head and block of the row's table, at most 256 keys,
+// then a second kernel that merges a query's blocks in order, with the
+// sink. A row splits at its own block boundaries, so a lone row at 2,000
+// tokens still gives each head 8 blocks of threads, and a query's floats
+// do not depend on the rest of the step. It is opt-in: correct on an H100,
+// a step no faster than the SDPA path for a lone row, a third faster for
+// rows that hit the prefix cache, and its one long server run not yet
+// clean (bench/results/split-kernel-nvidia-h100-2026-12-05).
+// TestAttendPagedCUDA runs the same steps through both kernels and the
+// MLX-ops path against float64 attention.
 //
 // # The ledger agreement
 //

@@ -256,10 +256,11 @@ func (p *Pool) release(gi int, b int32) {
 // a group short of it (grown as far as the bound allows).
 func (p *Pool) Reserve(blocks int) error {
 	for gi, g := range p.groups {
-		if g.blocks < blocks {
-			if err := p.growTo(gi, blocks); err != nil {
-				return err
-			}
+		if g.blocks >= blocks {
+			continue
+		}
+		if err := p.growTo(gi, blocks); err != nil {
+			return err
 		}
 		if g.blocks < blocks {
 			return ErrFull

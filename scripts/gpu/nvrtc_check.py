@@ -9,8 +9,8 @@ template values the server uses, and compiles it to PTX, so a syntax or
 type error shows here and not on a device. It does not run the kernels:
 TestAttendPagedCUDA does, on a device.
 
-    python3 -m pip download --no-deps --only-binary :all: -d W nvidia-cuda-nvrtc nvidia-cuda-runtime
-    (unzip both wheels into W/x)
+    python3 -m pip download --no-deps --only-binary :all: -d W nvidia-cuda-nvrtc nvidia-cuda-runtime nvidia-cuda-cccl
+    (unzip the wheels into W/x; make cuda-check does all of this)
     python3 scripts/gpu/nvrtc_check.py W/x/nvidia/cu13
 """
 import ctypes

@@ -32,6 +32,29 @@ checkpoint() {
 	[ -f "$CKPT/config.json" ] ||
 		python3 scripts/make_random_llama.py --preset llama2-7b --out "$CKPT" --tokenizer /tmp/tok/llama2.json >"$D/checkpoint.txt" 2>&1
 }
+# serve_ours PORT LOG [VAR=VALUE ...]: our server on the checkpoint, RAM
+# prefix cache only, in the background (pid in SERVER) until it answers
+# /health.
+serve_ours() {
+	local port=$1 log=$2
+	shift 2
+	env PROVIDER_PREFIX_CACHE_SSD=0 "$@" /tmp/provider serve --no-auth --model "$CKPT" --addr "127.0.0.1:$port" \
+		--max-concurrent 8 >"$log" 2>&1 &
+	SERVER=$!
+	for _ in $(seq 300); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && return; sleep 1; done
+}
+stop_ours() {
+	kill "$SERVER"
+	wait "$SERVER"
+}
+# bench_ours PORT NAME [bench flags...]: provider bench against it, its
+# report in $D/NAME and its output in $D/NAME.txt.
+bench_ours() {
+	local port=$1 name=$2
+	shift 2
+	/tmp/provider bench --target "ours=http://127.0.0.1:$port" --model llama2-7b-4bit --endpoint completions \
+		--ignore-eos --warmup 0 --progress=false --out "$D/$name" "$@" >"$D/$name.txt" 2>&1
+}
 case $PHASE in
 test)
 	nvidia-smi >"$D/nvidia-smi.txt" 2>&1
@@ -74,21 +97,16 @@ diag)
 	checkpoint
 	ptx=$HOME/.cache/provider/mlx
 	for mode in ${MODES:-split 1}; do
-		PROVIDER_GPU_PAGED=$mode PROVIDER_PREFIX_CACHE_SSD=0 /tmp/provider serve --no-auth --model "$CKPT" \
-			--addr 127.0.0.1:18504 --max-concurrent 8 >"$D/server-$mode.log" 2>&1 &
-		pid=$!
-		for _ in $(seq 300); do curl -sf http://127.0.0.1:18504/health >/dev/null && break; sleep 1; done
+		serve_ours 18504 "$D/server-$mode.log" PROVIDER_GPU_PAGED="$mode"
 		before=$(find "$ptx" -type f 2>/dev/null | wc -l)
-		/tmp/provider bench --target "ours=http://127.0.0.1:18504" --model llama2-7b-4bit --endpoint completions \
-			--concurrency 1 --requests 6 --prompts shared-prefix --prompt-tokens 2112 --prefix-tokens 2048 --prefixes 2 \
-			--max-tokens 32 --ignore-eos --warmup 0 --seed 5 --progress=false --out "$D/bench-$mode" >"$D/bench-$mode.txt" 2>&1
+		bench_ours 18504 "bench-$mode" --concurrency 1 --requests 6 --prompts shared-prefix --prompt-tokens 2112 \
+			--prefix-tokens 2048 --prefixes 2 --max-tokens 32 --seed 5
 		after=$(find "$ptx" -type f 2>/dev/null | wc -l)
 		echo "mode $mode: kernels on disk $before -> $after"
 		curl -sf http://127.0.0.1:18504/metrics | grep -E '^provider_slot_step|^provider_engine_steps_total' | tee "$D/metrics-$mode.txt"
 		grep -h '"msg":"request"' "$D/server-$mode.log" | grep -o '"cached_tokens":[0-9]*,.*"e2e_ms":[0-9]*'
 		grep -h 'kv pool grew' "$D/server-$mode.log"
-		kill $pid
-		wait $pid
+		stop_ours
 	done
 	;;
 burst)
@@ -97,22 +115,17 @@ burst)
 	# grows past it), then 4 requests at c=1; each request's TPOT from the
 	# server's log, to see whether decode stays as fast after the growth.
 	checkpoint
-	PROVIDER_PREFIX_CACHE_SSD=0 /tmp/provider serve --no-auth --model "$CKPT" --addr 127.0.0.1:18505 \
-		--max-concurrent 8 >"$D/server.log" 2>&1 &
-	pid=$!
-	for _ in $(seq 300); do curl -sf http://127.0.0.1:18505/health >/dev/null && break; sleep 1; done
+	serve_ours 18505 "$D/server.log"
 	for run in "8 16 16 99" "1 4 32 7"; do
 		read -r levels n tokens seed <<<"$run"
-		/tmp/provider bench --target "ours=http://127.0.0.1:18505" --model llama2-7b-4bit --endpoint completions \
-			--concurrency "$levels" --requests "$n" --prompts random --prompt-tokens 2112 --max-tokens "$tokens" \
-			--ignore-eos --warmup 0 --seed "$seed" --progress=false --out "$D/bench-$seed" >"$D/bench-$seed.txt" 2>&1
+		bench_ours 18505 "bench-$seed" --concurrency "$levels" --requests "$n" --prompts random --prompt-tokens 2112 \
+			--max-tokens "$tokens" --seed "$seed"
 	done
 	grep -h '"msg":"request"' "$D/server.log" | sed -E 's/.*"prompt_tokens":([0-9]+),"completion_tokens":([0-9]+),"cached_tokens":([0-9]+).*"ttft_ms":([0-9]+),"e2e_ms":([0-9]+).*/\1 \2 \3 \4 \5/' |
 		awk '{printf "prompt %d out %d cached %d ttft %d ms tpot %.1f ms\n", $1, $2, $3, $4, ($5-$4)/($2>1?$2-1:1)}'
 	grep -h 'prefix cache stats' "$D/server.log" | tail -1
 	grep -h 'kv pool grew' "$D/server.log"
-	kill $pid
-	wait $pid
+	stop_ours
 	;;
 *)
 	echo "session.sh: unknown phase $PHASE" >&2
