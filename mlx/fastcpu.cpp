@@ -61,6 +61,7 @@ static const int provider_malloc_tuned = [] {
 
 namespace mx = mlx::core;
 using provider_host::arr;
+using provider_host::cuda_affine_gemv;
 using provider_host::guard;
 using provider_host::HostOp;
 using provider_host::rows_of;
@@ -2428,6 +2429,10 @@ static int affine_linear(mlx_array* res, const mlx_array x, const mlx_array w, c
                       xa.shape(-1) % group_size == 0 && sa.shape(0) == wa.shape(0) &&
                       sa.shape(1) == xa.shape(-1) / group_size && wa.shape(1) == xa.shape(-1) * bits / 32;
     if (!fits) {
+      if (auto y = cuda_affine_gemv(xa, wa, sa, ba, group_size, bits, st)) {
+        set(res, *y);
+        return;
+      }
       set(res, mx::quantized_matmul(xa, wa, sa, ba, true, group_size, bits, "affine", st));
       return;
     }

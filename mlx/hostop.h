@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -103,6 +104,14 @@ class HostOp : public mx::UnaryPrimitive {
   const char* name_;
   Fn fn_;
 };
+
+// cuda_affine_gemv is x @ dequantize(w).T for affine weights of 4 or 8
+// bits through the project's CUDA kernel (shim.cpp), or nullopt where that
+// does not apply: off a CUDA stream, more rows of x than it takes
+// (PROVIDER_GPU_QMV_ROWS), a layout it does not take, or
+// PROVIDER_GPU_QMV=0.
+std::optional<mx::array> cuda_affine_gemv(const mx::array& x, const mx::array& w, const mx::array& scales,
+                                          const mx::array& biases, int group_size, int bits, const mx::Stream& st);
 
 inline mx::array& arr(mlx_array a) {
   return *static_cast<mx::array*>(a.ctx);

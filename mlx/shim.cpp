@@ -5,6 +5,7 @@
 // exceptions and reports them through the installed error handler, so an MLX
 // error becomes a status code, never a process exit.
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -904,6 +905,186 @@ mx::array sink_logits(const mlx_array sinks, int heads, const mlx_stream s) {
   return it->second;
 }
 
+// The affine-quantized matrix-vector product of a few rows (CUDA,
+// compiled at run time by MLX): y [M, N] = x [M, K] @ dequantize(w).T,
+// where w [N, K * BITS / 32] packs BITS-bit values low bits first and
+// scales and biases [N, K / G] make each value s * q + b. Each warp takes
+// R output rows; its lanes take turns over 16-byte chunks of those rows
+// (32 values at 4 bits), U chunks per turn loaded before any is used, so
+// that U * R loads of each lane are in flight against memory. A chunk lies
+// within one group (G is a multiple of its values), so a chunk adds
+// s * sum(x * q) + b * sum(x), the sum of x shared by the R rows. A value
+// becomes a float through its bits (0x4B000000 | q is 2^23 + q), not a
+// conversion instruction. Each of the M rows runs the same sums in the same
+// order whatever M is, so a row's floats do not depend on its batch.
+constexpr const char* kAffineGemv = R"(
+  constexpr int PER = 32 / BITS;
+  constexpr int VALS = 4 * PER;
+  constexpr unsigned MASK = (1u << BITS) - 1;
+  constexpr int XV = PER * (int)sizeof(T);
+  const int K = w_shape[1] * PER;
+  const int N = w_shape[0];
+  const int chunks = K / VALS;
+  const int groups = K / G;
+  const int lane = threadIdx.x & 31;
+  const int n0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * R;
+  if (n0 >= N) {
+    return;
+  }
+  const bool xaligned = (reinterpret_cast<size_t>(x) & 15) == 0;
+  const uint4* wq = reinterpret_cast<const uint4*>(w);
+  int rows[R];
+#pragma unroll
+  for (int r = 0; r < R; r++) {
+    rows[r] = min(n0 + r, N - 1);
+  }
+  float acc[M][R];
+#pragma unroll
+  for (int m = 0; m < M; m++) {
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      acc[m][r] = 0.f;
+    }
+  }
+  for (int c0 = lane; c0 < chunks; c0 += 32 * U) {
+    uint4 wv[U][R];
+    float sc[U][R], bi[U][R];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const int c = c0 + 32 * u;
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        if (c < chunks) {
+          const size_t g = (size_t)rows[r] * groups + (size_t)c * VALS / G;
+          wv[u][r] = __ldg(wq + (size_t)rows[r] * chunks + c);
+          sc[u][r] = static_cast<float>(scales[g]);
+          bi[u][r] = static_cast<float>(biases[g]);
+        } else {
+          wv[u][r] = make_uint4(0, 0, 0, 0);
+          sc[u][r] = 0.f;
+          bi[u][r] = 0.f;
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const int c = c0 + 32 * u;
+      if (c >= chunks) {
+        break;
+      }
+      float dot[M][R], xs[M];
+#pragma unroll
+      for (int m = 0; m < M; m++) {
+        xs[m] = 0.f;
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+          dot[m][r] = 0.f;
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        float xf[M][PER];
+#pragma unroll
+        for (int m = 0; m < M; m++) {
+          const T* xp = x + (size_t)m * K + (size_t)c * VALS + j * PER;
+          alignas(16) T xt[PER];
+          if (xaligned && XV % 16 == 0) {
+#pragma unroll
+            for (int b = 0; b < XV / 16; b++) {
+              reinterpret_cast<uint4*>(xt)[b] = __ldg(reinterpret_cast<const uint4*>(xp) + b);
+            }
+          } else if (xaligned && XV == 8) {
+            *reinterpret_cast<uint2*>(xt) = __ldg(reinterpret_cast<const uint2*>(xp));
+          } else {
+#pragma unroll
+            for (int p = 0; p < PER; p++) {
+              xt[p] = xp[p];
+            }
+          }
+#pragma unroll
+          for (int p = 0; p < PER; p++) {
+            xf[m][p] = static_cast<float>(xt[p]);
+            xs[m] += xf[m][p];
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+          const unsigned word = j == 0 ? wv[u][r].x : j == 1 ? wv[u][r].y : j == 2 ? wv[u][r].z : wv[u][r].w;
+#pragma unroll
+          for (int p = 0; p < PER; p++) {
+            const float q = __uint_as_float(0x4B000000u | ((word >> (BITS * p)) & MASK)) - 8388608.f;
+#pragma unroll
+            for (int m = 0; m < M; m++) {
+              dot[m][r] = fmaf(xf[m][p], q, dot[m][r]);
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < M; m++) {
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+          acc[m][r] = fmaf(sc[u][r], dot[m][r], fmaf(bi[u][r], xs[m], acc[m][r]));
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < M; m++) {
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        acc[m][r] += __shfl_xor_sync(0xffffffff, acc[m][r], o);
+      }
+    }
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int m = 0; m < M; m++) {
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        if (n0 + r < N) {
+          y[(size_t)m * N + n0 + r] = static_cast<T>(acc[m][r]);
+        }
+      }
+    }
+  }
+)";
+
+// GemvShape is how the affine matrix-vector kernel splits its work: R
+// output rows a warp, U chunks a lane loads before using them, W warps a
+// block of threads; and the most rows of x it takes (Rows, at most 8),
+// beyond which MLX's quantized matmul runs.
+struct GemvShape {
+  int R = 2, U = 4, W = 4, Rows = 4;
+};
+
+// gemv_shape reads PROVIDER_GPU_QMV: unset or 1 for the default shape, 0
+// for MLX's own quantized matmul, R:U:W for another shape (benchmarks);
+// and PROVIDER_GPU_QMV_ROWS, the most rows the kernel takes (default 4:
+// on an H100 it beats MLX's kernels at 1, 2 and 4 rows and loses at 8).
+std::optional<GemvShape> gemv_shape() {
+  GemvShape g;
+  if (const char* r = std::getenv("PROVIDER_GPU_QMV_ROWS"); r != nullptr && *r != '\0') {
+    if (std::sscanf(r, "%d", &g.Rows) != 1 || g.Rows < 1 || g.Rows > 8) {
+      throw std::invalid_argument("PROVIDER_GPU_QMV_ROWS: want 1 to 8");
+    }
+  }
+  const char* v = std::getenv("PROVIDER_GPU_QMV");
+  if (v == nullptr || std::strcmp(v, "1") == 0 || *v == '\0') {
+    return g;
+  }
+  if (std::strcmp(v, "0") == 0) {
+    return std::nullopt;
+  }
+  if (std::sscanf(v, "%d:%d:%d", &g.R, &g.U, &g.W) != 3 || g.R < 1 || g.R > 8 || g.U < 1 || g.U > 8 || g.W < 1 ||
+      g.W > 32) {
+    throw std::invalid_argument("PROVIDER_GPU_QMV: want 0, 1 or R:U:W (rows a warp 1-8, chunks in flight 1-8, warps 1-32)");
+  }
+  return g;
+}
+
 }  // namespace
 
 int mlx_cuda_available(bool* res) {
@@ -945,6 +1126,45 @@ int mlx_cuda_paged_decode(mlx_array* res, const mlx_array q, const mlx_array k_p
     set(res, out[0]);
   });
 }
+
+namespace provider_host {
+
+std::optional<mx::array> cuda_affine_gemv(const mx::array& x, const mx::array& w, const mx::array& scales,
+                                          const mx::array& biases, int group_size, int bits, const mx::Stream& st) {
+  if (st.device != mx::Device::gpu || (bits != 4 && bits != 8) || x.ndim() < 1 || w.ndim() != 2 ||
+      w.dtype() != mx::uint32 || scales.ndim() != 2 || scales.shape() != biases.shape() ||
+      scales.dtype() != biases.dtype()) {
+    return std::nullopt;
+  }
+  auto float_type = [](mx::Dtype d) { return d == mx::float16 || d == mx::bfloat16 || d == mx::float32; };
+  const int vals = 128 / bits;
+  const int64_t K = x.shape(-1), N = w.shape(0);
+  if (!float_type(x.dtype()) || !float_type(scales.dtype()) || K == 0 || K % vals != 0 || group_size < vals ||
+      group_size % vals != 0 || K % group_size != 0 || w.shape(1) * 32 / bits != K || scales.shape(0) != N ||
+      scales.shape(1) != K / group_size || x.size() == 0 || !mx::cu::is_available()) {
+    return std::nullopt;
+  }
+  auto g = gemv_shape();
+  if (!g || x.size() / K > static_cast<size_t>(g->Rows)) {
+    return std::nullopt;
+  }
+  // x is read as M rows of K whatever its shape (row-contiguous, as the
+  // kernel gets it), and y takes x's shape with N for K: no reshapes.
+  const int M = static_cast<int>(x.size() / K);
+  static auto kernel = mx::fast::cuda_kernel("affine_gemv", {"x", "w", "scales", "biases"}, {"y"}, kAffineGemv, "",
+                                             /*ensure_row_contiguous=*/true);
+  const int64_t warps = (N + g->R - 1) / g->R;
+  const int64_t blocks = (warps + g->W - 1) / g->W;
+  mx::Shape shape = x.shape();
+  shape.back() = static_cast<int>(N);
+  auto out = kernel({x, w, scales, biases}, {shape}, {x.dtype()}, {static_cast<int>(blocks * g->W * 32), 1, 1},
+                    {g->W * 32, 1, 1},
+                    {{"T", x.dtype()}, {"BITS", bits}, {"G", group_size}, {"M", M}, {"R", g->R}, {"U", g->U}},
+                    std::nullopt, false, st);
+  return out[0];
+}
+
+}  // namespace provider_host
 
 int mlx_eval_stepwise(const mlx_vector_array outputs) {
   return guard([&] {

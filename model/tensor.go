@@ -118,6 +118,9 @@ type Weight struct {
 	// along its last axis: the weight holds this rank's rows of a
 	// vocabulary-split output head.
 	Gather mlx.Group
+	// Parts, for a weight FuseProjections made, are the rows of each
+	// weight it joined, in order (LinearParts splits the product so).
+	Parts []int
 }
 
 // Pack lays an Int8 weight out for the packed integer kernel where it

@@ -13,6 +13,9 @@ type layer struct {
 	attnNorm, mlpNorm *model.Weight
 	q, k, v, o        *model.Weight
 	gate, up, down    *model.Weight
+	// qkv and gateUp, where the upload fused them (model.FuseProjections),
+	// stand for q, k and v and for gate and up, which are then nil.
+	qkv, gateUp *model.Weight
 }
 
 // Model is a llama network bound to device weights.
@@ -60,15 +63,25 @@ func New(cfg model.Config, w *model.Weights) (*Model, error) {
 	for i := range m.layers {
 		p := fmt.Sprintf("model.layers.%d.", i)
 		l := &m.layers[i]
-		for _, b := range []struct {
+		type bind struct {
 			dst  **model.Weight
 			name string
-		}{
+		}
+		need := []bind{
 			{&l.attnNorm, "input_layernorm.weight"}, {&l.mlpNorm, "post_attention_layernorm.weight"},
-			{&l.q, "self_attn.q_proj.weight"}, {&l.k, "self_attn.k_proj.weight"},
-			{&l.v, "self_attn.v_proj.weight"}, {&l.o, "self_attn.o_proj.weight"},
-			{&l.gate, "mlp.gate_proj.weight"}, {&l.up, "mlp.up_proj.weight"}, {&l.down, "mlp.down_proj.weight"},
-		} {
+			{&l.o, "self_attn.o_proj.weight"}, {&l.down, "mlp.down_proj.weight"},
+		}
+		if l.qkv = w.Get(p + "self_attn.qkv_proj.weight"); l.qkv == nil {
+			need = append(need, []bind{{&l.q, "self_attn.q_proj.weight"}, {&l.k, "self_attn.k_proj.weight"}, {&l.v, "self_attn.v_proj.weight"}}...)
+		} else if len(l.qkv.Parts) != 3 {
+			return nil, fmt.Errorf("llama: layer %d: fused q/k/v weight of %d parts", i, len(l.qkv.Parts))
+		}
+		if l.gateUp = w.Get(p + "mlp.gate_up_proj.weight"); l.gateUp == nil {
+			need = append(need, []bind{{&l.gate, "mlp.gate_proj.weight"}, {&l.up, "mlp.up_proj.weight"}}...)
+		} else if len(l.gateUp.Parts) != 2 {
+			return nil, fmt.Errorf("llama: layer %d: fused gate/up weight of %d parts", i, len(l.gateUp.Parts))
+		}
+		for _, b := range need {
 			if *b.dst, err = get(p + b.name); err != nil {
 				return nil, err
 			}
@@ -111,8 +124,13 @@ func (m *Model) Forward(f *mlx.Frame, b *kvpool.Batch) mlx.Array {
 			x = f.Take(x, b.SampleIndex(), 1)
 		}
 		h = m.rmsNorm(f, x, l.mlpNorm)
-		g := l.gate.Linear(f, h)
-		u := l.up.Linear(f, h)
+		var g, u mlx.Array
+		if l.gateUp != nil {
+			gu := l.gateUp.LinearParts(f, h)
+			g, u = gu[0], gu[1]
+		} else {
+			g, u = l.gate.Linear(f, h), l.up.Linear(f, h)
+		}
 		var act mlx.Array
 		if c.ReferenceNumerics {
 			act = f.RefSwiGLU(g, u)
@@ -135,10 +153,17 @@ func (m *Model) attention(f *mlx.Frame, l *layer, li int, h mlx.Array, b *kvpool
 	N := b.N()
 	// heads projects h and lays it out as [N, n, 1, headDim]: one RoPE row
 	// per token, each at its own position.
-	heads := func(w *model.Weight, n int) mlx.Array {
-		return f.Reshape(w.Linear(f, h), N, n, 1, c.HeadDim)
+	var q, k, v mlx.Array
+	if l.qkv != nil {
+		qkv := l.qkv.LinearParts(f, h)
+		q, k, v = f.Reshape(qkv[0], N, c.Heads, 1, c.HeadDim), f.Reshape(qkv[1], N, c.KVHeads, 1, c.HeadDim),
+			f.Reshape(qkv[2], N, c.KVHeads, 1, c.HeadDim)
+	} else {
+		heads := func(w *model.Weight, n int) mlx.Array {
+			return f.Reshape(w.Linear(f, h), N, n, 1, c.HeadDim)
+		}
+		q, k, v = heads(l.q, c.Heads), heads(l.k, c.KVHeads), heads(l.v, c.KVHeads)
 	}
-	q, k, v := heads(l.q, c.Heads), heads(l.k, c.KVHeads), heads(l.v, c.KVHeads)
 	r := c.RoPE
 	pos := b.PositionIDs()
 	if c.ReferenceNumerics && r.Freqs == nil {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/goprovider/provider/engine/enginetest"
 	"github.com/goprovider/provider/kvpool"
@@ -53,12 +54,15 @@ func BenchmarkDecodeStep(b *testing.B) {
 	defer th.Do(func() { net.Close(); w.Free(); s.Free() })
 	for _, rows := range []int{1, 8} {
 		b.Run(fmt.Sprint("rows", rows), func(b *testing.B) {
-			th.Do(func() { benchDecodeStep(b, s, m.Config, net, rows) })
+			th.Do(func() { benchDecodeStep(b, s, m.Config, net, rows, w.Bytes()) })
 		})
 	}
 }
 
-func benchDecodeStep(b *testing.B, s mlx.Stream, cfg model.Config, net *llama.Model, rows int) {
+// With HBM_BYTES_PER_S set, a step's time is also reported against the
+// time the device's memory takes to read the weights once (weightBytes):
+// the share of that bound a decode step reaches.
+func benchDecodeStep(b *testing.B, s mlx.Stream, cfg model.Config, net *llama.Model, rows int, weightBytes int64) {
 	promptLen := 120
 	if n, err := strconv.Atoi(os.Getenv("PROVIDER_BENCH_PROMPT")); err == nil && n > 0 {
 		promptLen = n
@@ -125,7 +129,12 @@ func benchDecodeStep(b *testing.B, s mlx.Stream, cfg model.Config, net *llama.Mo
 	}
 	ids = step(next(), true)
 	b.ResetTimer()
+	start := time.Now()
 	for range b.N {
 		ids = step(next(), false)
+	}
+	if hbm, _ := strconv.ParseFloat(os.Getenv("HBM_BYTES_PER_S"), 64); hbm > 0 {
+		per := time.Since(start).Seconds() / float64(b.N)
+		b.ReportMetric(100*float64(weightBytes)/hbm/per, "%HBM")
 	}
 }

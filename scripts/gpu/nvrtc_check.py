@@ -33,7 +33,7 @@ namespace mlx::core::cu {
 namespace cg = cooperative_groups;
 """
 
-CTYPE = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16", "int32": "int32_t"}
+CTYPE = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16", "int32": "int32_t", "uint32": "uint32_t"}
 
 
 def source(name):
@@ -108,6 +108,12 @@ def main():
                 cases.append((f"paged_decode_merge {t} D={d} sinks={sinks}", "kPagedMergeParts",
                               [("po", "float32"), ("pml", "float32"), ("sinks", "float32")], [("o", t)],
                               [("T", t), ("D", d), ("HAS_SINKS", sinks)]))
+    for t, st in (("float16", "float16"), ("bfloat16", "bfloat16"), ("float32", "float16")):
+        for bits in (4, 8):
+            for m, r, u in ((1, 2, 4), (8, 2, 4), (3, 1, 8)):
+                cases.append((f"affine_gemv {t} bits={bits} M={m} R={r} U={u}", "kAffineGemv",
+                              [("x", t), ("w", "uint32"), ("scales", st), ("biases", st)], [("y", t)],
+                              [("T", t), ("BITS", bits), ("G", 64), ("M", m), ("R", r), ("U", u)]))
     failed = 0
     for name, body, inputs, outputs, consts in cases:
         rc, log = compile_ptx(nvrtc, name, wrap(source(body), inputs, outputs, consts))

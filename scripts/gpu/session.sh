@@ -9,6 +9,8 @@
 #   SERVERS=ours,mlx-lm bash scripts/gpu/session.sh prefix
 #   MODES="split 1" bash scripts/gpu/session.sh diag    # one server per decode mode, shared-prefix c=1
 #   PROVIDER_GPU_PAGED=split bash scripts/gpu/session.sh burst  # c=1 decode after a c=8 burst that grows the pool
+#   bash scripts/gpu/session.sh qmv      # the affine matrix-vector kernel: CUDA test, throughput by matrix shape
+#   bash scripts/gpu/session.sh steps    # decode step: MLX's matmul, the kernel, fused projections; mlx-lm's step
 #
 # The decode-step benchmark (model/llama BenchmarkDecodeStep) times steps
 # of 1 and 8 rows on the random Llama-2-7B-shape checkpoint, after prompts
@@ -17,7 +19,7 @@
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
-PHASE=${1:?usage: session.sh test|llama|prefix}
+PHASE=${1:?usage: session.sh test|llama|prefix|diag|burst|qmv|steps}
 R=${R:-${OUT:?set OUT or R}}
 D=/tmp/session-$PHASE
 rm -rf "$D" && mkdir -p "$D"
@@ -126,6 +128,39 @@ burst)
 	grep -h 'prefix cache stats' "$D/server.log" | tail -1
 	grep -h 'kv pool grew' "$D/server.log"
 	stop_ours
+	;;
+qmv)
+	# The affine matrix-vector kernel (mlx/shim.cpp kAffineGemv): its test
+	# against float64 products, then its throughput against MLX's quantized
+	# matmul on the shapes of a Llama-2-7B step, with the work shapes in
+	# QMV_SHAPES (R:U:W) beside the default.
+	nvidia-smi >"$D/nvidia-smi.txt" 2>&1
+	if [ "${QMV_TESTS:-1}" = 1 ]; then
+		(cd mlx && timeout 240 /tmp/mlx.test -test.run TestAffineGemvCUDA -test.v) >"$D/gemv-test.txt" 2>&1
+		echo "gemv test: exit $?"
+		grep -E '^(--- |ok|FAIL|PASS)|gemv_cuda_test' "$D/gemv-test.txt" | head -20
+	fi
+	(cd mlx && PROVIDER_BENCH_QMV_SHAPES="${QMV_SHAPES-1:8:4 4:4:4 2:8:4 1:4:8}" timeout "${LIMIT:-300}" \
+		/tmp/mlx.test -test.run '^$' -test.bench BenchmarkAffineGemvCUDA -test.benchtime 20x) >"$D/gemv-bench.txt" 2>&1
+	echo "gemv bench: exit $?"
+	grep -E '^Benchmark' "$D/gemv-bench.txt"
+	;;
+steps)
+	# Decode steps of 1 and 8 rows after 120-token prompts, per
+	# PROVIDER_GPU_QMV:PROVIDER_GPU_FUSE in RUNS, then mlx-lm's step on the
+	# same checkpoint.
+	checkpoint
+	for run in ${RUNS:-0:0 1:0 1:1}; do
+		IFS=: read -r qmv fuse <<<"$run"
+		(cd model/llama && PROVIDER_GPU_QMV=$qmv PROVIDER_GPU_FUSE=$fuse PROVIDER_BENCH_MODEL=$CKPT \
+			timeout 150 /tmp/llama.test -test.run '^$' -test.bench BenchmarkDecodeStep -test.benchtime 30x) \
+			>"$D/step-qmv$qmv-fuse$fuse.txt" 2>&1
+		echo "qmv $qmv fuse $fuse: exit $?"
+		grep -E '^Benchmark' "$D/step-qmv$qmv-fuse$fuse.txt"
+	done
+	timeout 150 python3 scripts/mlxlm_decode_step.py "$CKPT" --steps 30 >"$D/step-mlxlm.txt" 2>&1
+	echo "mlx-lm step: exit $?"
+	grep -E '^mlx-lm' "$D/step-mlxlm.txt"
 	;;
 *)
 	echo "session.sh: unknown phase $PHASE" >&2

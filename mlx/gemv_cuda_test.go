@@ -1,0 +1,281 @@
+package mlx
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// cudaThread starts an MLX thread with a GPU stream, both closed when the
+// test ends, or skips the test, loudly, where MLX has no CUDA device.
+func cudaThread(tb testing.TB) (*Thread, Stream) {
+	tb.Helper()
+	th := NewThread()
+	var ok bool
+	var err error
+	th.Do(func() { ok, err = CUDAAvailable() })
+	if err != nil || !ok {
+		th.Close()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Skip("NEEDS A CUDA DEVICE: MLX's CUDA backend is not in this build or sees no GPU; the affine matrix-vector kernel is untested here")
+	}
+	var s Stream
+	th.Do(func() { s, err = GPU() })
+	if err != nil {
+		th.Close()
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		th.Do(func() { s.Free() })
+		th.Close()
+	})
+	return th, s
+}
+
+// onCUDA runs fn on cudaThread's thread and stream.
+func onCUDA(tb testing.TB, fn func(s Stream)) {
+	tb.Helper()
+	th, s := cudaThread(tb)
+	th.Do(func() { fn(s) })
+}
+
+// affineReference is x @ dequantize(w).T in float64 on the host, from the
+// packed values and the scales and biases as the device holds them.
+func affineReference(f *Frame, x, w, scales, biases Array, n, k, group, bits int) (ref, mag []float64) {
+	xs := f.ToFloat32s(x)
+	raw := f.ToBytes(w)
+	sc := f.ToFloat32s(scales)
+	bi := f.ToFloat32s(biases)
+	m := len(xs) / k
+	ref = make([]float64, m*n)
+	mag = make([]float64, m*n)
+	words := k * bits / 32
+	per := 32 / bits
+	mask := uint32(1)<<bits - 1
+	for j := range n {
+		for i := range k {
+			word := binary.LittleEndian.Uint32(raw[4*(j*words+i/per):])
+			q := float64(word >> (bits * (i % per)) & mask)
+			g := j*(k/group) + i/group
+			wv := float64(sc[g])*q + float64(bi[g])
+			for r := range m {
+				p := float64(xs[r*k+i]) * wv
+				ref[r*n+j] += p
+				mag[r*n+j] += math.Abs(p)
+			}
+		}
+	}
+	return ref, mag
+}
+
+// TestAffineGemvCUDA checks the CUDA affine matrix-vector kernel (what
+// AffineLinear runs on a GPU for up to 4 rows by default, 8 with
+// PROVIDER_GPU_QMV_ROWS) against float64 products of the same packed
+// weights: 4 and 8 bits, groups of 32 to 128, half, bfloat and float
+// activations, a ragged number of chunks a lane, an odd number of outputs,
+// 1, 2, 3 and 8 rows, activations at an address the kernel cannot load as
+// vectors, and other work shapes (PROVIDER_GPU_QMV=R:U:W), which must give
+// the same floats. A row's outputs must be the same floats alone and in
+// every batch, and the default row limit must hold.
+func TestAffineGemvCUDA(t *testing.T) {
+	onCUDA(t, func(s Stream) {
+		rng := rand.New(rand.NewPCG(5, 6))
+		for _, c := range []struct {
+			n, k, group, bits int
+			x, scales         Dtype
+			tol               float64
+		}{
+			{301, 4096, 64, 4, Float16, Float16, 1e-3},
+			{64, 1088, 64, 4, BFloat16, BFloat16, 8e-3},
+			{77, 1088, 32, 8, Float16, Float16, 1e-3},
+			{40, 2048, 128, 4, Float32, Float16, 1e-5},
+			{33, 512, 32, 4, Float32, Float32, 1e-5},
+		} {
+			name := fmt.Sprintf("n%d_k%d_g%d_b%d_%v_%v", c.n, c.k, c.group, c.bits, c.x, c.scales)
+			func() {
+				f := NewFrame(s)
+				defer f.Free()
+				// Quantized by MLX on the CPU, used by the GPU.
+				cpu := CPU()
+				defer cpu.Free()
+				cf := NewFrame(cpu)
+				defer cf.Free()
+				w, sc, bi := quantized(cf, rng, c.n, c.k, c.group, c.bits, c.scales)
+				// 8 rows in a buffer 3 elements longer: the view from
+				// element 3 starts off any 16-byte boundary.
+				flat := f.AsType(randomRows(f, rng, 1, 8*c.k+3), c.x)
+				x := f.Reshape(f.Slice(flat, []int{0, 0}, []int{1, 8 * c.k}), 8, c.k)
+				xOff := f.Reshape(f.Slice(flat, []int{0, 3}, []int{1, 8*c.k + 3}), 8, c.k)
+				if err := errors.Join(cf.Eval(w, sc, bi), f.Eval(x, xOff)); err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				ref, mag := affineReference(f, x, w, sc, bi, c.n, c.k, c.group, c.bits)
+				refOff, magOff := affineReference(f, xOff, w, sc, bi, c.n, c.k, c.group, c.bits)
+				run := func(x Array, m int, shape string) []float32 {
+					t.Setenv("PROVIDER_GPU_QMV", shape)
+					t.Setenv("PROVIDER_GPU_QMV_ROWS", "8")
+					y := f.AffineLinear(f.Slice(x, []int{0, 0}, []int{m, c.k}), w, sc, bi, c.group, c.bits)
+					counts, err := GraphPrimitives(y)
+					if err != nil {
+						t.Fatalf("%s: %v", name, err)
+					}
+					if counts["CustomKernel"] != 1 {
+						t.Fatalf("%s, %d rows, shape %s: the product did not take the kernel: %v", name, m, shape, counts)
+					}
+
+					out := f.ToFloat32s(y)
+					if err := f.Err(); err != nil {
+						t.Fatalf("%s: %v", name, err)
+					}
+					return out
+				}
+				alone := run(x, 8, "1")
+				// Under the default row limit four rows take the kernel,
+				// five MLX's matmul.
+				t.Setenv("PROVIDER_GPU_QMV_ROWS", "")
+				for _, want := range []struct{ rows, kernels int }{{4, 1}, {5, 0}} {
+					y := f.AffineLinear(f.Slice(x, []int{0, 0}, []int{want.rows, c.k}), w, sc, bi, c.group, c.bits)
+					counts, err := GraphPrimitives(y)
+					if err != nil || counts["CustomKernel"] != want.kernels {
+						t.Fatalf("%s: %d rows under the default row limit: %d kernels (%v), want %d", name, want.rows, counts["CustomKernel"], err, want.kernels)
+					}
+				}
+				worst := 0.0
+				for _, in := range []struct {
+					x        Array
+					ref, mag []float64
+				}{{x, ref, mag}, {xOff, refOff, magOff}} {
+					got := run(in.x, 8, "1")
+					for i, g := range got {
+						err := math.Abs(float64(g) - in.ref[i])
+						if err > c.tol*math.Abs(in.ref[i])+1e-5*in.mag[i] {
+							t.Fatalf("%s: output %d = %v, float64 %v (sum of |products| %v)", name, i, g, in.ref[i], in.mag[i])
+						}
+						worst = math.Max(worst, err/(in.mag[i]+1e-30))
+					}
+				}
+				// Each row count and work shape is a kernel MLX compiles on
+				// first use: a few, not all.
+				for _, m := range []int{1, 2, 3, 8} {
+					shapes := []string{"1"}
+					if m == 3 {
+						shapes = append(shapes, "1:8:2", "3:1:1", "4:2:8")
+					}
+					for _, shape := range shapes {
+						got := run(x, m, shape)
+						for i, g := range got {
+							if g != alone[i] {
+								t.Fatalf("%s: %d rows, shape %s: output %d = %v, %v in a batch of 8 with the default shape", name, m, shape, i, g, alone[i])
+							}
+						}
+					}
+				}
+				t.Logf("%s: max |kernel - float64| / sum |products| = %.2g", name, worst)
+			}()
+		}
+	})
+}
+
+// BenchmarkAffineGemvCUDA times x @ dequantize(w).T for the matrix shapes
+// of a Llama-2-7B decode step (and the fused q/k/v and gate/up shapes) at
+// 1, 2, 4 and 8 rows (the kernel takes them all here), through the project's kernel and through MLX's quantized
+// matmul (PROVIDER_GPU_QMV=0). Each evaluation runs one product on each of
+// enough distinct matrices to exceed the GPU's L2 cache, so the weights
+// stream from device memory as in a step. It reports the weights' bytes a
+// second and, with HBM_BYTES_PER_S set, that as a share of the bound.
+// PROVIDER_BENCH_QMV_SHAPES adds work shapes (R:U:W, space-separated).
+func BenchmarkAffineGemvCUDA(b *testing.B) {
+	shapes := []string{"0", "1"}
+	if v := os.Getenv("PROVIDER_BENCH_QMV_SHAPES"); v != "" {
+		shapes = append(shapes, strings.Fields(v)...)
+	}
+	hbm, _ := strconv.ParseFloat(os.Getenv("HBM_BYTES_PER_S"), 64)
+	th, s := cudaThread(b)
+	for _, mat := range []struct{ n, k int }{{4096, 4096}, {12288, 4096}, {11008, 4096}, {22016, 4096}, {4096, 11008}, {32000, 4096}} {
+		benchAffineGemv(b, th, s, mat.n, mat.k, shapes, hbm)
+	}
+}
+
+// benchAffineGemv runs BenchmarkAffineGemvCUDA's cases for [n, k] weights;
+// MLX work runs on th.
+func benchAffineGemv(b *testing.B, th *Thread, s Stream, n, k int, shapes []string, hbm float64) {
+	const group, bits = 64, 4
+	f := NewFrame(s)
+	defer th.Do(f.Free)
+	bytes := n*k*bits/8 + 2*2*n*(k/group)
+	ws := make([][3]Array, max(2, (256<<20)/bytes+1))
+	var err error
+	th.Do(func() {
+		for i := range ws {
+			key := f.RandomKey(uint64(i + 1))
+			ws[i] = [3]Array{
+				f.RandomBits(4, key, n, k*bits/32),
+				f.RandomNormal(Float16, 0.01, 0.001, key, n, k/group),
+				f.RandomNormal(Float16, -0.05, 0.01, key, n, k/group),
+			}
+			if err = f.Eval(ws[i][:]...); err != nil {
+				return
+			}
+		}
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, m := range []int{1, 2, 4, 8} {
+		var x Array
+		th.Do(func() {
+			x = f.RandomNormal(Float16, 0, 1, f.RandomKey(99), m, k)
+			err = f.Eval(x)
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, shape := range shapes {
+			b.Run(fmt.Sprintf("n%d_k%d/rows%d/qmv%s", n, k, m, shape), func(b *testing.B) {
+				b.Setenv("PROVIDER_GPU_QMV", shape)
+				b.Setenv("PROVIDER_GPU_QMV_ROWS", "8")
+				step := func() error {
+					inner := NewFrame(s)
+					defer inner.Free()
+					outs := make([]Array, len(ws))
+					for i, w := range ws {
+						outs[i] = inner.AffineLinear(x, w[0], w[1], w[2], group, bits)
+					}
+					return inner.Eval(outs...)
+				}
+				var err error
+				var per float64
+				th.Do(func() {
+					if err = step(); err != nil {
+						return
+					}
+					b.ResetTimer()
+					start := time.Now()
+					for range b.N {
+						if err = step(); err != nil {
+							return
+						}
+					}
+					per = time.Since(start).Seconds() / float64(b.N*len(ws))
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(per*1e6, "us/product")
+				b.ReportMetric(float64(bytes)/per/1e9, "GB/s")
+				if hbm > 0 {
+					b.ReportMetric(100*float64(bytes)/per/hbm, "%HBM")
+				}
+			})
+		}
+	}
+}

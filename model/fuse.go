@@ -1,0 +1,145 @@
+package model
+
+import (
+	"fmt"
+	"os"
+	"slices"
+
+	"github.com/goprovider/provider/mlx"
+)
+
+// fuseGroup is a set of a layer's weights that read the same input, and
+// the name of the one matrix their rows make.
+type fuseGroup struct {
+	into  string
+	parts []string
+}
+
+// fusedGroups are, per architecture, the groups FuseProjections joins (the
+// family's code takes the fused weight where the Weights hold it).
+var fusedGroups = map[string][]fuseGroup{
+	"llama": {
+		{"self_attn.qkv_proj.weight", []string{"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"}},
+		{"mlp.gate_up_proj.weight", []string{"mlp.gate_proj.weight", "mlp.up_proj.weight"}},
+	},
+}
+
+// fuseOnUpload reports whether an upload to s fuses projections: on an
+// accelerator, where one product of a wider matrix costs less than several
+// (one kernel, more of the device's memory bandwidth), unless
+// PROVIDER_GPU_FUSE=0. The CPU keeps the separate weights its reference
+// suites were made with.
+func fuseOnUpload(s mlx.Stream) bool {
+	return !s.IsCPU() && os.Getenv("PROVIDER_GPU_FUSE") != "0"
+}
+
+// FuseProjections replaces, in each of the first layers layers of an
+// architecture that has fused groups, each group's weights by one weight
+// whose rows are theirs in order (Weight.Parts holds each part's rows),
+// where the parts can be joined: the same input length, quantization and
+// type, and none of them sharded across ranks by its input or computed
+// through a reference kernel. The parts' arrays are freed. It returns how
+// many groups it fused. It must run on the MLX thread.
+func (w *Weights) FuseProjections(s mlx.Stream, arch string, layers int) (int, error) {
+	fused := 0
+	for _, g := range fusedGroups[arch] {
+		for i := range layers {
+			p := fmt.Sprintf("model.layers.%d.", i)
+			parts := make([]*Weight, len(g.parts))
+			for j, n := range g.parts {
+				parts[j] = w.Get(p + n)
+			}
+			if !fusable(parts) {
+				continue
+			}
+			one, err := fuse(s, parts)
+			if err != nil {
+				return fused, fmt.Errorf("model: fuse %s%s: %w", p, g.into, err)
+			}
+			for j, n := range g.parts {
+				parts[j].Free()
+				delete(w.byName, p+n)
+			}
+			w.byName[p+g.into] = one
+			fused++
+		}
+	}
+	return fused, nil
+}
+
+// fusable reports whether parts can be joined by their rows.
+func fusable(parts []*Weight) bool {
+	first := parts[0]
+	for _, x := range parts {
+		if x == nil || x.Ref || x.ActBlock > 0 || x.Int8 || x.Packed || x.Reduce.Valid() || x.Gather.Valid() ||
+			len(x.Parts) > 0 || x.W.Ndim() != 2 || x.Quantized() != first.Quantized() || x.Bits != first.Bits ||
+			x.GroupSize != first.GroupSize || x.Mode != first.Mode || x.W.Dtype() != first.W.Dtype() ||
+			x.W.Shape()[1] != first.W.Shape()[1] || x.Biases.Valid() != first.Biases.Valid() {
+			return false
+		}
+		if x.Quantized() && (x.Scales.Dtype() != first.Scales.Dtype() || x.Scales.Ndim() != 2) {
+			return false
+		}
+	}
+	return true
+}
+
+// fuse concatenates parts' arrays along their rows.
+func fuse(s mlx.Stream, parts []*Weight) (*Weight, error) {
+	f := mlx.NewFrame(s)
+	defer f.Free()
+	join := func(get func(*Weight) mlx.Array) mlx.Array {
+		arrays := make([]mlx.Array, len(parts))
+		for i, x := range parts {
+			arrays[i] = get(x)
+		}
+		return f.Concatenate(0, arrays...)
+	}
+	first := parts[0]
+	out := &Weight{Bits: first.Bits, GroupSize: first.GroupSize, Mode: first.Mode}
+	keep := []mlx.Array{join(func(x *Weight) mlx.Array { return x.W })}
+	if first.Quantized() {
+		keep = append(keep, join(func(x *Weight) mlx.Array { return x.Scales }))
+		if first.Biases.Valid() {
+			keep = append(keep, join(func(x *Weight) mlx.Array { return x.Biases }))
+		}
+	}
+	if err := f.Eval(keep...); err != nil {
+		return nil, err
+	}
+	for i, a := range keep {
+		keep[i] = f.Keep(a)
+	}
+	out.W = keep[0]
+	if first.Quantized() {
+		out.Scales = keep[1]
+		if len(keep) > 2 {
+			out.Biases = keep[2]
+		}
+	}
+	for _, x := range parts {
+		out.Parts = append(out.Parts, x.W.Shape()[0])
+	}
+	return out, nil
+}
+
+// LinearParts is Linear of a fused weight, split along the last axis into
+// its parts' outputs (views of the one product).
+func (w *Weight) LinearParts(f *mlx.Frame, x mlx.Array) []mlx.Array {
+	y := w.Linear(f, x)
+	if len(w.Parts) == 0 {
+		return []mlx.Array{y}
+	}
+	shape := y.Shape()
+	last := len(shape) - 1
+	out := make([]mlx.Array, len(w.Parts))
+	at := 0
+	for i, n := range w.Parts {
+		start := make([]int, len(shape))
+		stop := slices.Clone(shape)
+		start[last], stop[last] = at, at+n
+		out[i] = f.Slice(y, start, stop)
+		at += n
+	}
+	return out
+}
