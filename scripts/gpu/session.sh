@@ -11,6 +11,7 @@
 #   PROVIDER_GPU_PAGED=split bash scripts/gpu/session.sh burst  # c=1 decode after a c=8 burst that grows the pool
 #   bash scripts/gpu/session.sh qmv      # the affine matrix-vector kernel: CUDA test, throughput by matrix shape
 #   bash scripts/gpu/session.sh steps    # decode step: MLX's matmul, the kernel, fused projections; mlx-lm's step
+#   bash scripts/gpu/session.sh pace     # one machine: the bare step, then served c=1 TPOT per server setting
 #
 # The decode-step benchmark (model/llama BenchmarkDecodeStep) times steps
 # of 1 and 8 rows on the random Llama-2-7B-shape checkpoint, after prompts
@@ -19,7 +20,7 @@
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
-PHASE=${1:?usage: session.sh test|llama|prefix|diag|burst|qmv|steps}
+PHASE=${1:?usage: session.sh test|llama|prefix|diag|burst|qmv|steps|pace}
 R=${R:-${OUT:?set OUT or R}}
 D=/tmp/session-$PHASE
 rm -rf "$D" && mkdir -p "$D"
@@ -161,6 +162,40 @@ steps)
 	timeout 150 python3 scripts/mlxlm_decode_step.py "$CKPT" --steps 30 >"$D/step-mlxlm.txt" 2>&1
 	echo "mlx-lm step: exit $?"
 	grep -E '^mlx-lm' "$D/step-mlxlm.txt"
+	;;
+pace)
+	# What paces a served token: on one machine, the one-row decode step
+	# (BenchmarkDecodeStep/rows1), then our server at c=1 (16 random
+	# ~128-token prompts, 64 tokens) once per setting in SETTINGS
+	# (space-separated; each a comma-separated list of VAR=VALUE, "-" for
+	# the defaults), with its step metrics: build, wait, steps built ahead.
+	checkpoint
+	(cd model/llama && HBM_BYTES_PER_S=$HBM_BYTES_PER_S PROVIDER_BENCH_MODEL=$CKPT timeout 150 /tmp/llama.test \
+		-test.run '^$' -test.bench 'BenchmarkDecodeStep/rows1' -test.benchtime 50x) >"$D/step.txt" 2>&1
+	echo "step: exit $?"
+	grep -E '^Benchmark' "$D/step.txt"
+	i=0
+	for setting in ${SETTINGS:-- PROVIDER_STEP_AHEAD=1 PROVIDER_GPU_QMV=0,PROVIDER_GPU_FUSE=0}; do
+		i=$((i + 1))
+		vars=()
+		[ "$setting" = - ] || IFS=, read -r -a vars <<<"$setting"
+		serve_ours 18506 "$D/server-$i.log" "${vars[@]}"
+		metrics() {
+			curl -sf http://127.0.0.1:18506/metrics |
+				grep -E '^(provider_slot_step|provider_slot_ahead|provider_engine_steps_total)' | sed -E 's/\{[^}]*\}//' | sort
+		}
+		metrics >"$D/metrics-$i-before.txt"
+		bench_ours 18506 "bench-$i" --concurrency 1 --requests 16 --prompts random --prompt-tokens 128 \
+			--max-tokens 64 --seed 3
+		metrics >"$D/metrics-$i-after.txt"
+		echo "setting $i ($setting):"
+		grep -A1 'target  level' "$D/bench-$i.txt" | tail -1
+		# The bench's own steps: each counter's change, and build and wait a step.
+		join "$D/metrics-$i-before.txt" "$D/metrics-$i-after.txt" | awk '{d[$1] = $3 - $2; print $1, d[$1]}
+			END { n = d["provider_engine_steps_total"]; if (n > 0) printf "per step: build %.2f ms, wait %.2f ms\n",
+				1e3 * d["provider_slot_step_build_seconds_total"] / n, 1e3 * d["provider_slot_step_wait_seconds_total"] / n }'
+		stop_ours
+	done
 	;;
 *)
 	echo "session.sh: unknown phase $PHASE" >&2
