@@ -22,7 +22,8 @@ import (
 // type and the MLX-ops path), and reports the primitives the step
 // evaluates (each a kernel launch on a GPU). PROVIDER_BENCH_MODEL names
 // the checkpoint (default SmolLM2), PROVIDER_BENCH_PROMPT the prompt length
-// (default 120).
+// (default 120). build1 times only the host's building of a one-row
+// step's graph (Begin, Forward and the argmax, nothing evaluated).
 func BenchmarkDecodeStep(b *testing.B) {
 	path := os.Getenv("PROVIDER_BENCH_MODEL")
 	if path == "" {
@@ -54,15 +55,20 @@ func BenchmarkDecodeStep(b *testing.B) {
 	defer th.Do(func() { net.Close(); w.Free(); s.Free() })
 	for _, rows := range []int{1, 8} {
 		b.Run(fmt.Sprint("rows", rows), func(b *testing.B) {
-			th.Do(func() { benchDecodeStep(b, s, m.Config, net, rows, w.Bytes()) })
+			th.Do(func() { benchDecodeStep(b, s, m.Config, net, rows, w.Bytes(), true) })
 		})
 	}
+	b.Run("build1", func(b *testing.B) {
+		th.Do(func() { benchDecodeStep(b, s, m.Config, net, 1, w.Bytes(), false) })
+	})
 }
 
 // With HBM_BYTES_PER_S set, a step's time is also reported against the
 // time the device's memory takes to read the weights once (weightBytes):
 // the share of that bound a decode step reaches.
-func benchDecodeStep(b *testing.B, s mlx.Stream, cfg model.Config, net *llama.Model, rows int, weightBytes int64) {
+//
+// Without evaluate, each timed step only builds its graph and drops it.
+func benchDecodeStep(b *testing.B, s mlx.Stream, cfg model.Config, net *llama.Model, rows int, weightBytes int64, evaluate bool) {
 	promptLen := 120
 	if n, err := strconv.Atoi(os.Getenv("PROVIDER_BENCH_PROMPT")); err == nil && n > 0 {
 		promptLen = n
@@ -128,6 +134,22 @@ func benchDecodeStep(b *testing.B, s mlx.Stream, cfg model.Config, net *llama.Mo
 		return dec
 	}
 	ids = step(next(), true)
+	if !evaluate {
+		b.ResetTimer()
+		for range b.N {
+			f := mlx.NewFrame(s)
+			bt, err := p.Begin(f, next())
+			if err != nil {
+				b.Fatal(err)
+			}
+			f.Argmax(net.Forward(f, bt), 1, false)
+			if err := f.Err(); err != nil {
+				b.Fatal(err)
+			}
+			f.Free()
+		}
+		return
+	}
 	b.ResetTimer()
 	start := time.Now()
 	for range b.N {
