@@ -3,6 +3,7 @@ package llama
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/goprovider/provider/kvpool"
 	"github.com/goprovider/provider/mlx"
@@ -73,8 +74,8 @@ func New(cfg model.Config, w *model.Weights) (*Model, error) {
 		}
 		if l.qkv = w.Get(p + "self_attn.qkv_proj.weight"); l.qkv == nil {
 			need = append(need, []bind{{&l.q, "self_attn.q_proj.weight"}, {&l.k, "self_attn.k_proj.weight"}, {&l.v, "self_attn.v_proj.weight"}}...)
-		} else if len(l.qkv.Parts) != 3 {
-			return nil, fmt.Errorf("llama: layer %d: fused q/k/v weight of %d parts", i, len(l.qkv.Parts))
+		} else if q, kv := cfg.Heads*cfg.HeadDim, cfg.KVHeads*cfg.HeadDim; !slices.Equal(l.qkv.Parts, []int{q, kv, kv}) {
+			return nil, fmt.Errorf("llama: layer %d: fused q/k/v weight of parts %v, want [%d %d %d]", i, l.qkv.Parts, q, kv, kv)
 		}
 		if l.gateUp = w.Get(p + "mlp.gate_up_proj.weight"); l.gateUp == nil {
 			need = append(need, []bind{{&l.gate, "mlp.gate_proj.weight"}, {&l.up, "mlp.up_proj.weight"}}...)
@@ -155,9 +156,13 @@ func (m *Model) attention(f *mlx.Frame, l *layer, li int, h mlx.Array, b *kvpool
 	// per token, each at its own position.
 	var q, k, v mlx.Array
 	if l.qkv != nil {
-		qkv := l.qkv.LinearParts(f, h)
-		q, k, v = f.Reshape(qkv[0], N, c.Heads, 1, c.HeadDim), f.Reshape(qkv[1], N, c.KVHeads, 1, c.HeadDim),
-			f.Reshape(qkv[2], N, c.KVHeads, 1, c.HeadDim)
+		// One product, laid out as heads (q's, then k's, then v's), and
+		// each projection a view of its heads.
+		y := f.Reshape(l.qkv.Linear(f, h), N, c.Heads+2*c.KVHeads, 1, c.HeadDim)
+		part := func(lo, n int) mlx.Array {
+			return f.Slice(y, []int{0, lo, 0, 0}, []int{N, lo + n, 1, c.HeadDim})
+		}
+		q, k, v = part(0, c.Heads), part(c.Heads, c.KVHeads), part(c.Heads+c.KVHeads, c.KVHeads)
 	} else {
 		heads := func(w *model.Weight, n int) mlx.Array {
 			return f.Reshape(w.Linear(f, h), N, n, 1, c.HeadDim)
