@@ -85,38 +85,35 @@ func fusable(parts []*Weight) bool {
 	return true
 }
 
-// fuse concatenates parts' arrays along their rows.
+// fuse concatenates parts' arrays along their rows: W, and Scales and
+// Biases where the parts have them (fusable made sure all parts agree).
 func fuse(s mlx.Stream, parts []*Weight) (*Weight, error) {
 	f := mlx.NewFrame(s)
 	defer f.Free()
-	join := func(get func(*Weight) mlx.Array) mlx.Array {
-		arrays := make([]mlx.Array, len(parts))
-		for i, x := range parts {
-			arrays[i] = get(x)
-		}
-		return f.Concatenate(0, arrays...)
-	}
 	first := parts[0]
 	out := &Weight{Bits: first.Bits, GroupSize: first.GroupSize, Mode: first.Mode}
-	keep := []mlx.Array{join(func(x *Weight) mlx.Array { return x.W })}
-	if first.Quantized() {
-		keep = append(keep, join(func(x *Weight) mlx.Array { return x.Scales }))
-		if first.Biases.Valid() {
-			keep = append(keep, join(func(x *Weight) mlx.Array { return x.Biases }))
+	var joined []mlx.Array
+	var into []*mlx.Array
+	for _, field := range []func(*Weight) *mlx.Array{
+		func(x *Weight) *mlx.Array { return &x.W },
+		func(x *Weight) *mlx.Array { return &x.Scales },
+		func(x *Weight) *mlx.Array { return &x.Biases },
+	} {
+		if !field(first).Valid() {
+			continue
 		}
+		arrays := make([]mlx.Array, len(parts))
+		for i, x := range parts {
+			arrays[i] = *field(x)
+		}
+		joined = append(joined, f.Concatenate(0, arrays...))
+		into = append(into, field(out))
 	}
-	if err := f.Eval(keep...); err != nil {
+	if err := f.Eval(joined...); err != nil {
 		return nil, err
 	}
-	for i, a := range keep {
-		keep[i] = f.Keep(a)
-	}
-	out.W = keep[0]
-	if first.Quantized() {
-		out.Scales = keep[1]
-		if len(keep) > 2 {
-			out.Biases = keep[2]
-		}
+	for i, a := range joined {
+		*into[i] = f.Keep(a)
 	}
 	for _, x := range parts {
 		out.Parts = append(out.Parts, x.W.Shape()[0])
@@ -125,12 +122,9 @@ func fuse(s mlx.Stream, parts []*Weight) (*Weight, error) {
 }
 
 // LinearParts is Linear of a fused weight, split along the last axis into
-// its parts' outputs (views of the one product).
+// its parts' outputs (views of the one product); one per Weight.Parts.
 func (w *Weight) LinearParts(f *mlx.Frame, x mlx.Array) []mlx.Array {
 	y := w.Linear(f, x)
-	if len(w.Parts) == 0 {
-		return []mlx.Array{y}
-	}
 	shape := y.Shape()
 	last := len(shape) - 1
 	out := make([]mlx.Array, len(w.Parts))
