@@ -42,3 +42,8 @@ func (f *Frame) PagedDecode(q, kPool, vPool, table, meta Array, block, window in
 			C.float(scale), sinks.c, C.int(keys), C.bool(split), f.s.c)
 	}, q, kPool, vPool, table, meta)
 }
+
+// reloadGemvEnv makes the next affine product read PROVIDER_GPU_QMV and
+// PROVIDER_GPU_QMV_ROWS again (they are read once otherwise): for tests
+// and benchmarks that change them between products.
+func reloadGemvEnv() { C.mlx_cuda_gemv_reload() }

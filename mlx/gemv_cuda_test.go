@@ -48,6 +48,16 @@ func onCUDA(tb testing.TB, fn func(s Stream)) {
 	th.Do(func() { fn(s) })
 }
 
+// setGemvEnv sets an environment variable of the affine kernel for the
+// test and has the next product read it; when the test ends, the variable
+// is restored and read again (the reload registered first runs last).
+func setGemvEnv(tb testing.TB, key, value string) {
+	tb.Helper()
+	tb.Cleanup(reloadGemvEnv)
+	tb.Setenv(key, value)
+	reloadGemvEnv()
+}
+
 // affineReference is x @ dequantize(w).T in float64 on the host, from the
 // packed values and the scales and biases as the device holds them.
 func affineReference(f *Frame, x, w, scales, biases Array, n, k, group, bits int) (ref, mag []float64) {
@@ -121,8 +131,8 @@ func TestAffineGemvCUDA(t *testing.T) {
 				ref, mag := affineReference(f, x, w, sc, bi, c.n, c.k, c.group, c.bits)
 				refOff, magOff := affineReference(f, xOff, w, sc, bi, c.n, c.k, c.group, c.bits)
 				run := func(x Array, m int, shape string) []float32 {
-					t.Setenv("PROVIDER_GPU_QMV", shape)
-					t.Setenv("PROVIDER_GPU_QMV_ROWS", "8")
+					setGemvEnv(t, "PROVIDER_GPU_QMV", shape)
+					setGemvEnv(t, "PROVIDER_GPU_QMV_ROWS", "8")
 					y := f.AffineLinear(f.Slice(x, []int{0, 0}, []int{m, c.k}), w, sc, bi, c.group, c.bits)
 					counts, err := GraphPrimitives(y)
 					if err != nil {
@@ -141,7 +151,7 @@ func TestAffineGemvCUDA(t *testing.T) {
 				alone := run(x, 8, "1")
 				// Under the default row limit four rows take the kernel,
 				// five MLX's matmul.
-				t.Setenv("PROVIDER_GPU_QMV_ROWS", "")
+				setGemvEnv(t, "PROVIDER_GPU_QMV_ROWS", "")
 				for _, want := range []struct{ rows, kernels int }{{4, 1}, {5, 0}} {
 					y := f.AffineLinear(f.Slice(x, []int{0, 0}, []int{want.rows, c.k}), w, sc, bi, c.group, c.bits)
 					counts, err := GraphPrimitives(y)
@@ -241,8 +251,8 @@ func benchAffineGemv(b *testing.B, th *Thread, s Stream, n, k int, shapes []stri
 		}
 		for _, shape := range shapes {
 			b.Run(fmt.Sprintf("n%d_k%d/rows%d/qmv%s", n, k, m, shape), func(b *testing.B) {
-				b.Setenv("PROVIDER_GPU_QMV", shape)
-				b.Setenv("PROVIDER_GPU_QMV_ROWS", "8")
+				setGemvEnv(b, "PROVIDER_GPU_QMV", shape)
+				setGemvEnv(b, "PROVIDER_GPU_QMV_ROWS", "8")
 				step := func() error {
 					inner := NewFrame(s)
 					defer inner.Free()

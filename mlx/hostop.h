@@ -109,7 +109,7 @@ class HostOp : public mx::UnaryPrimitive {
 // bits through the project's CUDA kernel (shim.cpp), or nullopt where that
 // does not apply: off a CUDA stream, more rows of x than it takes
 // (PROVIDER_GPU_QMV_ROWS), a layout it does not take, or
-// PROVIDER_GPU_QMV=0.
+// PROVIDER_GPU_QMV=0 (both read once, at the first product).
 std::optional<mx::array> cuda_affine_gemv(const mx::array& x, const mx::array& w, const mx::array& scales,
                                           const mx::array& biases, int group_size, int bits, const mx::Stream& st);
 

@@ -145,6 +145,10 @@ int mlx_sigmoid(mlx_array* res, const mlx_array a, const mlx_stream s);
 int mlx_swiglu_compiled(mlx_array* res, const mlx_array g, const mlx_array u, const mlx_stream s);
 /* extension: whether MLX's CUDA backend is present and sees a device. */
 int mlx_cuda_available(bool* res);
+/* extension: the affine matrix-vector kernel's setting (PROVIDER_GPU_QMV,
+   PROVIDER_GPU_QMV_ROWS), read once from the environment, is read again
+   at the next product. */
+void mlx_cuda_gemv_reload(void);
 /* extension: one layer's attention of single-token queries over a paged KV
    pool, as a CUDA kernel, or split at each row's blocks and merged (see
    Frame.PagedDecode). */

@@ -11,6 +11,7 @@
 #include <exception>
 #include <initializer_list>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_set>
@@ -1060,35 +1061,62 @@ struct GemvShape {
   int R = 2, U = 4, W = 4, Rows = 4;
 };
 
-// gemv_shape reads PROVIDER_GPU_QMV: unset or 1 for the default shape, 0
-// for MLX's own quantized matmul, R:U:W for another shape (benchmarks);
-// and PROVIDER_GPU_QMV_ROWS, the most rows the kernel takes (default 4:
-// on an H100 it beats MLX's kernels at 1, 2 and 4 rows and loses at 8).
-std::optional<GemvShape> gemv_shape() {
-  GemvShape g;
+// GemvConfig is the kernel's setting: on (with its shape) or off, or an
+// error that each product reports (a malformed environment).
+struct GemvConfig {
+  bool on = true;
+  GemvShape shape;
+  const char* error = nullptr;
+};
+
+// read_gemv_config reads PROVIDER_GPU_QMV: unset or 1 for the default
+// shape, 0 for MLX's own quantized matmul, R:U:W for another shape
+// (benchmarks); and PROVIDER_GPU_QMV_ROWS, the most rows the kernel takes
+// (default 4: on an H100 it beats MLX's kernels at 1, 2 and 4 rows and
+// loses at 8). Without a CUDA device it is off.
+GemvConfig read_gemv_config() {
+  GemvConfig c;
+  GemvShape& g = c.shape;
   if (const char* r = std::getenv("PROVIDER_GPU_QMV_ROWS"); r != nullptr && *r != '\0') {
     if (std::sscanf(r, "%d", &g.Rows) != 1 || g.Rows < 1 || g.Rows > 8) {
-      throw std::invalid_argument("PROVIDER_GPU_QMV_ROWS: want 1 to 8");
+      c.error = "PROVIDER_GPU_QMV_ROWS: want 1 to 8";
+      return c;
     }
   }
   const char* v = std::getenv("PROVIDER_GPU_QMV");
-  if (v == nullptr || std::strcmp(v, "1") == 0 || *v == '\0') {
-    return g;
+  if (v != nullptr && std::strcmp(v, "0") == 0) {
+    c.on = false;
+  } else if (v != nullptr && *v != '\0' && std::strcmp(v, "1") != 0 &&
+             (std::sscanf(v, "%d:%d:%d", &g.R, &g.U, &g.W) != 3 || g.R < 1 || g.R > 8 || g.U < 1 || g.U > 8 ||
+              g.W < 1 || g.W > 32)) {
+    c.error = "PROVIDER_GPU_QMV: want 0, 1 or R:U:W (rows a warp 1-8, chunks in flight 1-8, warps 1-32)";
   }
-  if (std::strcmp(v, "0") == 0) {
-    return std::nullopt;
+  c.on = c.on && mx::cu::is_available();
+  return c;
+}
+
+// The setting, read from the environment once (until
+// mlx_cuda_gemv_reload), not on each of a step's products.
+std::mutex g_gemv_mu;
+std::optional<GemvConfig> g_gemv;
+
+GemvConfig gemv_config() {
+  std::lock_guard<std::mutex> lock(g_gemv_mu);
+  if (!g_gemv) {
+    g_gemv = read_gemv_config();
   }
-  if (std::sscanf(v, "%d:%d:%d", &g.R, &g.U, &g.W) != 3 || g.R < 1 || g.R > 8 || g.U < 1 || g.U > 8 || g.W < 1 ||
-      g.W > 32) {
-    throw std::invalid_argument("PROVIDER_GPU_QMV: want 0, 1 or R:U:W (rows a warp 1-8, chunks in flight 1-8, warps 1-32)");
-  }
-  return g;
+  return *g_gemv;
 }
 
 }  // namespace
 
 int mlx_cuda_available(bool* res) {
   return guard([&] { *res = mx::cu::is_available(); });
+}
+
+void mlx_cuda_gemv_reload(void) {
+  std::lock_guard<std::mutex> lock(g_gemv_mu);
+  g_gemv.reset();
 }
 
 int mlx_cuda_paged_decode(mlx_array* res, const mlx_array q, const mlx_array k_pool, const mlx_array v_pool,
@@ -1141,11 +1169,15 @@ std::optional<mx::array> cuda_affine_gemv(const mx::array& x, const mx::array& w
   const int64_t K = x.shape(-1), N = w.shape(0);
   if (!float_type(x.dtype()) || !float_type(scales.dtype()) || K == 0 || K % vals != 0 || group_size < vals ||
       group_size % vals != 0 || K % group_size != 0 || w.shape(1) * 32 / bits != K || scales.shape(0) != N ||
-      scales.shape(1) != K / group_size || x.size() == 0 || !mx::cu::is_available()) {
+      scales.shape(1) != K / group_size || x.size() == 0) {
     return std::nullopt;
   }
-  auto g = gemv_shape();
-  if (!g || x.size() / K > static_cast<size_t>(g->Rows)) {
+  const GemvConfig c = gemv_config();
+  if (c.error != nullptr) {
+    throw std::invalid_argument(c.error);
+  }
+  const GemvShape* g = &c.shape;
+  if (!c.on || x.size() / K > static_cast<size_t>(g->Rows)) {
     return std::nullopt;
   }
   // x is read as M rows of K whatever its shape (row-contiguous, as the
