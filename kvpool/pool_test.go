@@ -82,13 +82,22 @@ func blocksHeldAndReleased(t *testing.T, s mlx.Stream) {
 
 func TestMaxBytes(t *testing.T) { onMLX(t, func(s mlx.Stream) { maxBytes(t, s) }) }
 
-func maxBytes(t *testing.T, s mlx.Stream) {
+// boundedPool is a pool of one float32 layer of one head of 4, bounded at
+// blocks blocks, and the bytes of one block (the caller closes it, on the
+// MLX thread).
+func boundedPool(t *testing.T, s mlx.Stream, blocks int) (*Pool, int64) {
+	t.Helper()
 	layers := []Layer{{KVHeads: 1, HeadDim: 4, SharedFrom: -1}}
 	blockBytes := int64(BlockTokens * 2 * 4 * 4)
-	p, err := New(s, mlx.Float32, layers, Options{MaxBytes: 5 * blockBytes})
+	p, err := New(s, mlx.Float32, layers, Options{MaxBytes: int64(blocks) * blockBytes})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return p, blockBytes
+}
+
+func maxBytes(t *testing.T, s mlx.Stream) {
+	p, _ := boundedPool(t, s, 5)
 	defer p.Close()
 	q := p.NewSeq()
 	if err := q.reserve(5 * BlockTokens); err != nil {
@@ -104,12 +113,7 @@ func TestReserve(t *testing.T) { onMLX(t, func(s mlx.Stream) { reserve(t, s) }) 
 // reserve: Reserve grows the pool to the blocks asked (never shrinks it),
 // within MaxBytes.
 func reserve(t *testing.T, s mlx.Stream) {
-	layers := []Layer{{KVHeads: 1, HeadDim: 4, SharedFrom: -1}}
-	blockBytes := int64(BlockTokens * 2 * 4 * 4)
-	p, err := New(s, mlx.Float32, layers, Options{MaxBytes: 6 * blockBytes})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, blockBytes := boundedPool(t, s, 6)
 	defer p.Close()
 	for _, n := range []int{5, 3} {
 		if err := p.Reserve(n); err != nil {

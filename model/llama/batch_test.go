@@ -11,33 +11,46 @@ import (
 	"github.com/goprovider/provider/tokenizer"
 )
 
-// greedy runs rows together: one Forward per step over every row, prompts
-// of different lengths in the first step, then batched single-token decode.
-func greedy(tb testing.TB, l *loaded, prompts [][]int32, steps int) [][]int32 {
+// runSteps runs rows together, one Forward per step over every row:
+// prompts of different lengths in the first step, then the tokens next
+// picks from each step's logits. It returns every step's logits.
+func runSteps(tb testing.TB, l *loaded, prompts [][]int32, steps int, next func(step int, logits []float32) [][]int32) [][]float32 {
 	tb.Helper()
-	out := make([][]int32, len(prompts))
+	var all [][]float32
 	l.th.Do(func() {
 		caches := make([]*kvpool.Seq, len(prompts))
 		for i := range caches {
 			caches[i] = l.st.NewSeq()
 			defer caches[i].Free()
 		}
-		next := prompts
-		vocab := l.m.Config.Vocab
-		for range steps {
+		in := prompts
+		for s := range steps {
 			f := mlx.NewFrame(l.s)
-			logits := f.ToFloat32s(l.st.Forward(f, next, caches))
+			logits := f.ToFloat32s(l.st.Forward(f, in, caches))
 			f.Free()
 			if err := f.Err(); err != nil {
 				tb.Fatal(err)
 			}
-			next = make([][]int32, len(prompts))
-			for i := range prompts {
-				tok := sample.Argmax(logits[i*vocab : (i+1)*vocab])
-				out[i] = append(out[i], tok)
-				next[i] = []int32{tok}
-			}
+			all = append(all, logits)
+			in = next(s, logits)
 		}
+	})
+	return all
+}
+
+// greedy runs rows together (runSteps), each decoding its argmax.
+func greedy(tb testing.TB, l *loaded, prompts [][]int32, steps int) [][]int32 {
+	tb.Helper()
+	out := make([][]int32, len(prompts))
+	vocab := l.m.Config.Vocab
+	runSteps(tb, l, prompts, steps, func(_ int, logits []float32) [][]int32 {
+		next := make([][]int32, len(prompts))
+		for i := range prompts {
+			tok := sample.Argmax(logits[i*vocab : (i+1)*vocab])
+			out[i] = append(out[i], tok)
+			next[i] = []int32{tok}
+		}
+		return next
 	})
 	return out
 }

@@ -3,8 +3,6 @@ package llama
 import (
 	"testing"
 
-	"github.com/goprovider/provider/kvpool"
-	"github.com/goprovider/provider/mlx"
 	"github.com/goprovider/provider/model"
 	"github.com/goprovider/provider/tokenizer"
 )
@@ -50,7 +48,15 @@ func TestFusedProjectionsMatchSeparate(t *testing.T) {
 	for _, s := range []string{"Once upon a time", "The cat sat on", "Hi"} {
 		prompts = append(prompts, joined.m.Tokenizer.Encode(s, tokenizer.EncodeOptions{AddSpecial: true}))
 	}
-	a, b := stepLogits(t, apart, prompts, 6), stepLogits(t, joined, prompts, 6)
+	// After the prompts, the same fixed token per row and step.
+	fixed := func(s int, _ []float32) [][]int32 {
+		next := make([][]int32, len(prompts))
+		for i := range next {
+			next[i] = []int32{int32(100 + s + i)}
+		}
+		return next
+	}
+	a, b := runSteps(t, apart, prompts, 6, fixed), runSteps(t, joined, prompts, 6, fixed)
 	for s := range a {
 		for i := range a[s] {
 			if a[s][i] != b[s][i] {
@@ -58,32 +64,4 @@ func TestFusedProjectionsMatchSeparate(t *testing.T) {
 			}
 		}
 	}
-}
-
-// stepLogits runs prompts together through steps steps (the prompts, then
-// the same fixed token per row) and returns each step's logits.
-func stepLogits(t *testing.T, l *loaded, prompts [][]int32, steps int) [][]float32 {
-	t.Helper()
-	var out [][]float32
-	l.th.Do(func() {
-		seqs := make([]*kvpool.Seq, len(prompts))
-		for i := range seqs {
-			seqs[i] = l.st.NewSeq()
-			defer seqs[i].Free()
-		}
-		next := prompts
-		for s := range steps {
-			f := mlx.NewFrame(l.s)
-			out = append(out, f.ToFloat32s(l.st.Forward(f, next, seqs)))
-			f.Free()
-			if err := f.Err(); err != nil {
-				t.Fatal(err)
-			}
-			next = make([][]int32, len(prompts))
-			for i := range next {
-				next[i] = []int32{int32(100 + s + i)}
-			}
-		}
-	})
-	return out
 }
