@@ -58,6 +58,21 @@ bench_ours() {
 	/tmp/provider bench --target "ours=http://127.0.0.1:$port" --model llama2-7b-4bit --endpoint completions \
 		--ignore-eos --warmup 0 --progress=false --out "$D/$name" "$@" >"$D/$name.txt" 2>&1
 }
+# decode_step NAME SUB-BENCHMARK STEPS [VAR=VALUE ...]: model/llama's
+# BenchmarkDecodeStep on the checkpoint, its output in $D/NAME.txt.
+decode_step() {
+	local name=$1 sub=$2 steps=$3
+	shift 3
+	(cd model/llama && env PROVIDER_BENCH_MODEL="$CKPT" "$@" timeout 150 /tmp/llama.test -test.run '^$' \
+		-test.bench "BenchmarkDecodeStep/$sub" -test.benchtime "${steps}x") >"$D/$name.txt" 2>&1
+	echo "$name: exit $?"
+	grep -E '^Benchmark' "$D/$name.txt"
+}
+# step_metrics PORT: our server's step counters, labels dropped, sorted.
+step_metrics() {
+	curl -sf "http://127.0.0.1:$1/metrics" |
+		grep -E '^(provider_slot_step|provider_slot_ahead|provider_engine_steps_total)' | sed -E 's/\{[^}]*\}//' | sort
+}
 case $PHASE in
 test)
 	nvidia-smi >"$D/nvidia-smi.txt" 2>&1
@@ -68,13 +83,8 @@ test)
 	# STEPS: prompt:PROVIDER_GPU_PAGED[:sub-benchmark[:pool blocks]], in the order run.
 	for run in ${STEPS:-2048:1:rows1 2048:split:rows1 120:1 120:split 1024:1:rows8 1024:split:rows8}; do
 		IFS=: read -r prompt paged rows pool <<<"$run"
-		name=step-prompt$prompt-paged$paged${rows:+-$rows}${pool:+-pool$pool}
-		(cd model/llama && PROVIDER_GPU_PAGED=$paged PROVIDER_BENCH_MODEL=$CKPT PROVIDER_BENCH_PROMPT=$prompt \
-			PROVIDER_BENCH_POOL_BLOCKS=${pool:-0} \
-			timeout 150 /tmp/llama.test -test.run '^$' -test.bench "BenchmarkDecodeStep/${rows:-}" -test.benchtime 30x) \
-			>"$D/$name.txt" 2>&1
-		echo "$name: exit $?"
-		grep -E '^Benchmark' "$D/$name.txt"
+		decode_step "step-prompt$prompt-paged$paged${rows:+-$rows}${pool:+-pool$pool}" "${rows:-}" 30 \
+			PROVIDER_GPU_PAGED="$paged" PROVIDER_BENCH_PROMPT="$prompt" PROVIDER_BENCH_POOL_BLOCKS="${pool:-0}"
 	done
 	;;
 llama)
@@ -106,7 +116,7 @@ diag)
 			--prefix-tokens 2048 --prefixes 2 --max-tokens 32 --seed 5
 		after=$(find "$ptx" -type f 2>/dev/null | wc -l)
 		echo "mode $mode: kernels on disk $before -> $after"
-		curl -sf http://127.0.0.1:18504/metrics | grep -E '^provider_slot_step|^provider_engine_steps_total' | tee "$D/metrics-$mode.txt"
+		step_metrics 18504 | tee "$D/metrics-$mode.txt"
 		grep -h '"msg":"request"' "$D/server-$mode.log" | grep -o '"cached_tokens":[0-9]*,.*"e2e_ms":[0-9]*'
 		grep -h 'kv pool grew' "$D/server-$mode.log"
 		stop_ours
@@ -153,11 +163,7 @@ steps)
 	checkpoint
 	for run in ${RUNS:-0:0 1:0 1:1}; do
 		IFS=: read -r qmv fuse <<<"$run"
-		(cd model/llama && PROVIDER_GPU_QMV=$qmv PROVIDER_GPU_FUSE=$fuse PROVIDER_BENCH_MODEL=$CKPT \
-			timeout 150 /tmp/llama.test -test.run '^$' -test.bench BenchmarkDecodeStep -test.benchtime 30x) \
-			>"$D/step-qmv$qmv-fuse$fuse.txt" 2>&1
-		echo "qmv $qmv fuse $fuse: exit $?"
-		grep -E '^Benchmark' "$D/step-qmv$qmv-fuse$fuse.txt"
+		decode_step "step-qmv$qmv-fuse$fuse" "" 30 PROVIDER_GPU_QMV="$qmv" PROVIDER_GPU_FUSE="$fuse"
 	done
 	timeout 150 python3 scripts/mlxlm_decode_step.py "$CKPT" --steps 30 >"$D/step-mlxlm.txt" 2>&1
 	echo "mlx-lm step: exit $?"
@@ -170,24 +176,17 @@ pace)
 	# (space-separated; each a comma-separated list of VAR=VALUE, "-" for
 	# the defaults), with its step metrics: build, wait, steps built ahead.
 	checkpoint
-	(cd model/llama && HBM_BYTES_PER_S=$HBM_BYTES_PER_S PROVIDER_BENCH_MODEL=$CKPT timeout 150 /tmp/llama.test \
-		-test.run '^$' -test.bench 'BenchmarkDecodeStep/rows1' -test.benchtime 50x) >"$D/step.txt" 2>&1
-	echo "step: exit $?"
-	grep -E '^Benchmark' "$D/step.txt"
+	decode_step step rows1 50
 	i=0
 	for setting in ${SETTINGS:-- PROVIDER_STEP_AHEAD=1 PROVIDER_GPU_QMV=0,PROVIDER_GPU_FUSE=0}; do
 		i=$((i + 1))
 		vars=()
 		[ "$setting" = - ] || IFS=, read -r -a vars <<<"$setting"
 		serve_ours 18506 "$D/server-$i.log" "${vars[@]}"
-		metrics() {
-			curl -sf http://127.0.0.1:18506/metrics |
-				grep -E '^(provider_slot_step|provider_slot_ahead|provider_engine_steps_total)' | sed -E 's/\{[^}]*\}//' | sort
-		}
-		metrics >"$D/metrics-$i-before.txt"
+		step_metrics 18506 >"$D/metrics-$i-before.txt"
 		bench_ours 18506 "bench-$i" --concurrency 1 --requests 16 --prompts random --prompt-tokens 128 \
 			--max-tokens 64 --seed 3
-		metrics >"$D/metrics-$i-after.txt"
+		step_metrics 18506 >"$D/metrics-$i-after.txt"
 		echo "setting $i ($setting):"
 		grep -A1 'target  level' "$D/bench-$i.txt" | tail -1
 		# The bench's own steps: each counter's change, and build and wait a step.
