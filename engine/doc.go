@@ -34,9 +34,10 @@
 // first. A prefill chunk never ends inside a multimodal span. When growth
 // would overflow the ledger the least important running row is preempted:
 // it returns to the front of the waiting queue and later recomputes its
-// prompt and the tokens it already generated. The watermark (5% of capacity) binds admissions only, so rows
-// already running can grow into it. Shrinking the capacity never evicts: it
-// stops admissions until the ledger drains.
+// prompt and the tokens it already generated. The watermark (5% of
+// capacity) binds admissions only, so rows already running can grow into
+// it. Shrinking the capacity never evicts: it stops admissions until the
+// ledger drains.
 //
 // # The loop around the core
 //
@@ -51,17 +52,16 @@
 // charges (LayoutOf) counts whole pool blocks, so between steps the ledger
 // holds exactly the bytes the pool's sequences hold.
 //
-// Steps can be built ahead (ahead.go, Options.Ahead): before the host reads
-// a step's picks,
-// the loop queues the next decode step for the rows whose next token is
-// the device's argmax of this one (greedy, no grammar, not at their token
-// limit, not starting a block), with this step's picks, still on the
+// Steps can be built ahead (ahead.go, Options.Ahead): before the host reads a
+// step's picks, the loop queues the next decode step for the rows whose next
+// token is the device's argmax of this one (greedy, no grammar, not at their
+// token limit, not starting a block), with this step's picks, still on the
 // device, as its input. The host's reading, delivering, planning and graph
 // building then overlap the device's work. A step built ahead that the next
-// plan does not cover is dropped, and changes nothing. StepTimes reports
-// the host's build time and its wait for the device. It is off by default:
-// on the CPU and on an H200 a step's time is the device's, so overlapping
-// the host's share (about a tenth on the H200) measured no faster.
+// plan does not cover is dropped, and changes nothing. StepTimes reports the
+// host's build time and its wait for the device. It is off by default: on the
+// CPU and on an H200 a step's time is the device's, so overlapping the host's
+// share (about a tenth on the H200) measured no faster.
 //
 // # The prefix cache
 //
