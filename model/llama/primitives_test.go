@@ -95,14 +95,19 @@ func benchDecodeStep(b *testing.B, s mlx.Stream, cfg model.Config, net *llama.Mo
 		}
 		pre[r] = kvpool.Row{Seq: seqs[r], Tokens: toks, Sample: true}
 	}
-	step := func(rs []kvpool.Row, count bool) []int32 {
-		f := mlx.NewFrame(s)
-		defer f.Free()
+	// build lays out a step of rs in f: its batch and its picks (nothing
+	// evaluated).
+	build := func(f *mlx.Frame, rs []kvpool.Row) (*kvpool.Batch, mlx.Array) {
 		bt, err := p.Begin(f, rs)
 		if err != nil {
 			b.Fatal(err)
 		}
-		out := f.Argmax(net.Forward(f, bt), 1, false)
+		return bt, f.Argmax(net.Forward(f, bt), 1, false)
+	}
+	step := func(rs []kvpool.Row, count bool) []int32 {
+		f := mlx.NewFrame(s)
+		defer f.Free()
+		bt, out := build(f, rs)
 		if count {
 			counts, err := mlx.GraphPrimitives(out)
 			if err != nil {
@@ -138,11 +143,7 @@ func benchDecodeStep(b *testing.B, s mlx.Stream, cfg model.Config, net *llama.Mo
 		b.ResetTimer()
 		for range b.N {
 			f := mlx.NewFrame(s)
-			bt, err := p.Begin(f, next())
-			if err != nil {
-				b.Fatal(err)
-			}
-			f.Argmax(net.Forward(f, bt), 1, false)
+			build(f, next())
 			if err := f.Err(); err != nil {
 				b.Fatal(err)
 			}
