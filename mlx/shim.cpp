@@ -1176,8 +1176,8 @@ std::optional<mx::array> cuda_affine_gemv(const mx::array& x, const mx::array& w
   if (c.error != nullptr) {
     throw std::invalid_argument(c.error);
   }
-  const GemvShape* g = &c.shape;
-  if (!c.on || x.size() / K > static_cast<size_t>(g->Rows)) {
+  const GemvShape& g = c.shape;
+  if (!c.on || x.size() / K > static_cast<size_t>(g.Rows)) {
     return std::nullopt;
   }
   // x is read as M rows of K whatever its shape (row-contiguous, as the
@@ -1185,13 +1185,13 @@ std::optional<mx::array> cuda_affine_gemv(const mx::array& x, const mx::array& w
   const int M = static_cast<int>(x.size() / K);
   static auto kernel = mx::fast::cuda_kernel("affine_gemv", {"x", "w", "scales", "biases"}, {"y"}, kAffineGemv, "",
                                              /*ensure_row_contiguous=*/true);
-  const int64_t warps = (N + g->R - 1) / g->R;
-  const int64_t blocks = (warps + g->W - 1) / g->W;
+  const int64_t warps = (N + g.R - 1) / g.R;
+  const int64_t blocks = (warps + g.W - 1) / g.W;
   mx::Shape shape = x.shape();
   shape.back() = static_cast<int>(N);
-  auto out = kernel({x, w, scales, biases}, {shape}, {x.dtype()}, {static_cast<int>(blocks * g->W * 32), 1, 1},
-                    {g->W * 32, 1, 1},
-                    {{"T", x.dtype()}, {"BITS", bits}, {"G", group_size}, {"M", M}, {"R", g->R}, {"U", g->U}},
+  auto out = kernel({x, w, scales, biases}, {shape}, {x.dtype()}, {static_cast<int>(blocks * g.W * 32), 1, 1},
+                    {g.W * 32, 1, 1},
+                    {{"T", x.dtype()}, {"BITS", bits}, {"G", group_size}, {"M", M}, {"R", g.R}, {"U", g.U}},
                     std::nullopt, false, st);
   return out[0];
 }
