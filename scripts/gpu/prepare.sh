@@ -46,6 +46,17 @@ for t in ${TESTS:-kvpool}; do
 	go test -c -ldflags="-s -w" -o "$W/$name.test" "./$t"
 	xz -T0 -6 -c "$W/$name.test" > "$L/$name.test.xz"
 done
+# ktrace (scripts/gpu/ktrace.c), against CUPTI 13.0's headers; on the
+# machine it loads the CUPTI library there.
+if [ ! -f "$W/cupti/.ok" ]; then
+	mkdir -p "$W/cupti"
+	python3 -m pip download --quiet --no-deps -d "$W/cupti" nvidia-cuda-cupti==13.0.85 nvidia-cuda-crt==13.0.88 \
+		nvidia-cuda-runtime==13.0.96
+	for w in "$W"/cupti/*.whl; do python3 -m zipfile -e "$w" "$W/cupti/site"; done
+	touch "$W/cupti/.ok"
+fi
+gcc -O2 -Wall -shared -fPIC -o "$L/libktrace.so" scripts/gpu/ktrace.c -I "$W/cupti/site/nvidia/cu13/include" \
+	-L "$W/cupti/site/nvidia/cu13/lib" -l:libcupti.so.13 -lpthread
 T=.deps/npm/node_modules/@lenml
 mkdir -p "$W/tok"
 cp "$T/tokenizer-llama2/models/tokenizer.json" "$W/tok/llama2.json"

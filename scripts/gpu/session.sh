@@ -12,6 +12,9 @@
 #   bash scripts/gpu/session.sh qmv      # the affine matrix-vector kernel: CUDA test, throughput by matrix shape
 #   bash scripts/gpu/session.sh steps    # decode step: MLX's matmul, the kernel, fused projections; mlx-lm's step
 #   bash scripts/gpu/session.sh pace     # one machine: the bare step, then served c=1 TPOT per server setting
+#   bash scripts/gpu/session.sh trace    # device timelines (ktrace): our step, mlx-lm's, our server's at c=1
+#   SETTINGS="- MLX_MAX_OPS_PER_BUFFER=200" bash scripts/gpu/session.sh mlxenv  # the step per MLX setting
+#   RUNS="a|rows1|50|VAR=1,VAR2=2|trace b|rows8|50||" bash scripts/gpu/session.sh runs  # named decode steps
 #
 # The decode-step benchmark (model/llama BenchmarkDecodeStep) times steps
 # of 1 and 8 rows on the random Llama-2-7B-shape checkpoint, after prompts
@@ -20,7 +23,7 @@
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
-PHASE=${1:?usage: session.sh test|llama|prefix|diag|burst|qmv|steps|pace}
+PHASE=${1:?usage: session.sh test|llama|prefix|diag|burst|qmv|steps|pace|trace|mlxenv|runs}
 R=${R:-${OUT:?set OUT or R}}
 D=/tmp/session-$PHASE
 rm -rf "$D" && mkdir -p "$D"
@@ -195,6 +198,97 @@ pace)
 				1e3 * d["provider_slot_step_build_seconds_total"] / n, 1e3 * d["provider_slot_step_wait_seconds_total"] / n }'
 		stop_ours
 	done
+	;;
+trace)
+	# Where a step's time goes: a CUPTI timeline (scripts/gpu/ktrace.c,
+	# carried built as /tmp/libktrace.so) of our decode step of 1 and of 8
+	# rows, each in its own process, of mlx-lm's step, and of our server at
+	# c=1 per setting in SETTINGS (as in pace), each cut into steps by
+	# scripts/gpu/ksteps.py. The untraced step first, for the tracing's cost.
+	checkpoint
+	export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/tmp/site/nvidia/cu13/lib:/usr/local/cuda-13/extras/CUPTI/lib64
+	ldd /tmp/libktrace.so | grep cupti
+	KT=(CUDA_INJECTION64_PATH=/tmp/libktrace.so)
+	decode_step step-rows1-untraced rows1 50
+	for sub in rows1:200 rows8:100; do
+		IFS=: read -r rows n <<<"$sub"
+		decode_step "step-$rows" "$rows" "$n" "${KT[@]}" KTRACE_OUT="$D/trace-step-$rows.txt"
+		python3 scripts/gpu/ksteps.py "$D/trace-step-$rows.txt" --skip 5 | tee "$D/steps-$rows.txt"
+	done
+	for rows in 1 8; do
+		env "${KT[@]}" KTRACE_OUT="$D/trace-mlxlm-rows$rows.txt" timeout 150 python3 scripts/mlxlm_decode_step.py "$CKPT" \
+			--steps 50 --rows "$rows" >"$D/step-mlxlm-rows$rows.txt" 2>&1
+		grep -E '^mlx-lm' "$D/step-mlxlm-rows$rows.txt"
+		python3 scripts/gpu/ksteps.py "$D/trace-mlxlm-rows$rows.txt" --skip 5 | tee "$D/steps-mlxlm-rows$rows.txt"
+	done
+	i=0
+	for setting in ${SETTINGS:-- PROVIDER_STEP_AHEAD=1}; do
+		i=$((i + 1))
+		vars=()
+		[ "$setting" = - ] || IFS=, read -r -a vars <<<"$setting"
+		serve_ours 18507 "$D/server-$i.log" "${KT[@]}" KTRACE_OUT="$D/trace-server-$i.txt" "${vars[@]}"
+		bench_ours 18507 "bench-$i" --concurrency 1 --requests 16 --prompts random --prompt-tokens 128 \
+			--max-tokens 64 --seed 3
+		sleep 1
+		echo "server setting $i ($setting):"
+		grep -A1 'target  level' "$D/bench-$i.txt" | tail -1
+		python3 scripts/gpu/ksteps.py "$D/trace-server-$i.txt" --skip 20 | tee "$D/steps-server-$i.txt"
+		stop_ours
+	done
+	xz -T0 "$D"/trace-*.txt
+	;;
+mlxenv)
+	# The decode step (ours, then mlx-lm's) once per setting of MLX's own
+	# environment in SETTINGS (space-separated; each a comma-separated list
+	# of VAR=VALUE, "-" for MLX's defaults; each result also copied to R as
+	# it comes, in case a later one never returns), then mlx-lm's step, then
+	# a timeline of our one-row step under the setting in TRACED, if any.
+	checkpoint
+	i=0
+	for setting in ${SETTINGS:--}; do
+		i=$((i + 1))
+		vars=()
+		[ "$setting" = - ] || IFS=, read -r -a vars <<<"$setting"
+		echo "setting $i ($setting):"
+		decode_step "step-$i" "" 30 "${vars[@]}"
+		cp "$D/step-$i.txt" "$R/" 2>/dev/null
+	done
+	# mlx-lm's step under MLX's defaults, after ours.
+	timeout 150 python3 scripts/mlxlm_decode_step.py "$CKPT" --steps 30 >"$D/step-mlxlm.txt" 2>&1
+	grep -E '^mlx-lm' "$D/step-mlxlm.txt"
+	if [ -n "${TRACED:-}" ]; then
+		export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/tmp/site/nvidia/cu13/lib
+		IFS=, read -r -a vars <<<"$TRACED"
+		decode_step step-traced rows1 200 CUDA_INJECTION64_PATH=/tmp/libktrace.so KTRACE_OUT="$D/trace-step.txt" "${vars[@]}"
+		python3 scripts/gpu/ksteps.py "$D/trace-step.txt" --skip 5 | tee "$D/steps-traced.txt"
+		xz -T0 "$D/trace-step.txt"
+	fi
+	;;
+runs)
+	# kvpool's CUDA test (KVPOOL_RUN), then named decode-step runs, each
+	# NAME|SUB-BENCHMARK|STEPS|VAR=VALUE,...|trace (the last two may be
+	# empty; "trace" records a timeline, cut into steps), each result
+	# copied to R as it comes, then mlx-lm's step.
+	(cd kvpool && timeout 240 /tmp/kvpool.test -test.run "${KVPOOL_RUN:-TestAttendPagedCUDA}" -test.v) >"$D/kvpool.txt" 2>&1
+	echo "kvpool test: exit $?"
+	grep -E '^(=== RUN|--- |PASS|FAIL|ok)|Error|error' "$D/kvpool.txt" | head -40
+	cp "$D/kvpool.txt" "$R/"
+	checkpoint
+	export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/tmp/site/nvidia/cu13/lib
+	for spec in $RUNS; do
+		IFS='|' read -r name sub steps setting traced <<<"$spec"
+		vars=()
+		[ -z "$setting" ] || IFS=, read -r -a vars <<<"$setting"
+		[ "$traced" != trace ] || vars+=(CUDA_INJECTION64_PATH=/tmp/libktrace.so KTRACE_OUT="$D/trace-$name.txt")
+		decode_step "$name" "$sub" "$steps" "${vars[@]}"
+		cp "$D/$name.txt" "$R/"
+		if [ "$traced" = trace ]; then
+			python3 scripts/gpu/ksteps.py "$D/trace-$name.txt" --skip 5 | tee "$D/steps-$name.txt" | head -12
+			xz -T0 "$D/trace-$name.txt" && cp "$D/trace-$name.txt.xz" "$D/steps-$name.txt" "$R/"
+		fi
+	done
+	timeout 150 python3 scripts/mlxlm_decode_step.py "$CKPT" --steps 30 >"$D/step-mlxlm.txt" 2>&1
+	grep -E '^mlx-lm' "$D/step-mlxlm.txt"
 	;;
 *)
 	echo "session.sh: unknown phase $PHASE" >&2
