@@ -318,6 +318,12 @@ func (b *Batch) keyRange(r, w int) (lo, hi int) {
 	return lo, hi
 }
 
+// keyCount is how many keys row r sees in group gi.
+func (b *Batch) keyCount(r, gi int) int {
+	lo, hi := b.keyRange(r, b.p.groups[gi].window)
+	return hi - lo + 1
+}
+
 func (b *Batch) step(gi int, causal bool) *groupStep {
 	steps := b.g
 	if causal && b.spans {
@@ -367,9 +373,9 @@ func (b *Batch) step(gi int, causal bool) *groupStep {
 		}
 		var part opsPart
 		paged := b.p.decode != decodeOps && len(b.rows[rows[0]].Tokens) == 1
-		// The kernel, unless a lone row's keys are a view of the pool (the
-		// split kernel takes every row).
-		view := !paged || len(rows) == 1 && b.p.decode == decodePaged
+		// The kernel, unless a lone row past loneKeys keys has them as a
+		// view of the pool (the split kernel takes every row).
+		view := !paged || len(rows) == 1 && b.p.decode == decodePaged && b.keyCount(rows[0], gi) > b.p.loneKeys
 		if view {
 			part = b.opsPart(gi, rows, causal)
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 
 	"github.com/goprovider/provider/mlx"
 )
@@ -45,10 +46,13 @@ type Pool struct {
 	opt    Options
 	fused  bool
 	decode decodePath
-	layers []Layer
-	group  []int // per layer, sharing layers included
-	groups []*group
-	k, v   []mlx.Array // per layer; invalid for sharing layers
+	// loneKeys: with decodePaged, a lone row that sees at most this many
+	// keys attends through the kernel even where its keys are a view.
+	loneKeys int
+	layers   []Layer
+	group    []int // per layer, sharing layers included
+	groups   []*group
+	k, v     []mlx.Array // per layer; invalid for sharing layers
 	// onFull is told of every block a step fills, before sliding groups
 	// let go of it (see SetOnFull).
 	onFull func(s *Seq, block int)
@@ -121,6 +125,16 @@ func New(s mlx.Stream, d mlx.Dtype, layers []Layer, opt Options) (*Pool, error) 
 		case "0":
 		default:
 			return nil, fmt.Errorf("kvpool: PROVIDER_GPU_PAGED=%q: want 0, 1 or split", v)
+		}
+		// PROVIDER_GPU_PAGED_LONE: the most keys a lone decode row may see
+		// and still go through the paged kernel rather than MLX's attention
+		// over a view (default 0: never).
+		if v := os.Getenv("PROVIDER_GPU_PAGED_LONE"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return nil, fmt.Errorf("kvpool: PROVIDER_GPU_PAGED_LONE=%q: want a count of keys, 0 or more", v)
+			}
+			p.loneKeys = n
 		}
 	}
 	byWindow := map[int]int{}
