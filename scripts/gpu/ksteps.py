@@ -5,8 +5,9 @@ the argmax that picks the next tokens), and per step
   span     from one step's end to the next's
   kernels  time some kernel ran (the union of their intervals)
   idle     span - kernels: the device waiting on the host
-  launches host time inside the driver's launch calls, and their count
-  sync     host time inside the driver's waits
+  launches host time inside CUDA's launch calls (driver and runtime), and
+           their count
+  sync     host time inside CUDA's waits
 
 then the median of those over the steps (the first SKIP steps dropped:
 prefill, warm-up), and the kernels' time a step by kernel (median of the
@@ -73,7 +74,7 @@ def main():
             parts = line.rstrip("\n").split(" ", 4)
             if parts[0] == "K" and len(parts) == 5:
                 kernels.append((int(parts[1]), int(parts[2]), parts[4]))
-            elif parts[0] == "D" and len(parts) == 5:
+            elif parts[0] in ("D", "R") and len(parts) == 5:
                 driver.append((int(parts[1]), int(parts[2]), parts[4]))
     kernels.sort()
     driver.sort()

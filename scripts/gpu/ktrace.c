@@ -1,7 +1,8 @@
 // ktrace: a CUDA injection library that records, through CUPTI's activity
-// API, every kernel, memory copy and CUDA driver call of the process it is
-// loaded into, with device timestamps, and writes them to the file named by
-// KTRACE_OUT when the process exits. Loaded by the driver itself:
+// API, every kernel, memory copy and CUDA driver and runtime call of the
+// process it is loaded into, with device timestamps, and writes them to the
+// file named by KTRACE_OUT when the process exits. Loaded by the driver
+// itself:
 //
 //   CUDA_INJECTION64_PATH=/tmp/libktrace.so KTRACE_OUT=trace.txt PROGRAM ...
 //
@@ -10,6 +11,8 @@
 //   K start end stream name    a kernel (name as compiled, mangled)
 //   M start end kind bytes     a memory copy (CUPTI's copy kind number)
 //   D start end thread name    a driver call, on the calling host thread
+//   R start end thread name    a runtime call (the driver calls inside
+//                              it are not recorded apart)
 //
 // Times are CUPTI's nanoseconds, one clock for the device and the host
 // calls. scripts/gpu/ksteps.py cuts a trace into decode steps.
@@ -64,12 +67,14 @@ static void CUPTIAPI completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, 
 			        (unsigned)m->copyKind, (unsigned long long)m->bytes);
 			break;
 		}
-		case CUPTI_ACTIVITY_KIND_DRIVER: {
+		case CUPTI_ACTIVITY_KIND_DRIVER:
+		case CUPTI_ACTIVITY_KIND_RUNTIME: {
 			const CUpti_ActivityAPI *a = (const CUpti_ActivityAPI *)r;
+			const int driver = r->kind == CUPTI_ACTIVITY_KIND_DRIVER;
 			const char *name = "?";
-			cuptiGetCallbackName(CUPTI_CB_DOMAIN_DRIVER_API, a->cbid, &name);
-			fprintf(out, "D %llu %llu %u %s\n", (unsigned long long)a->start, (unsigned long long)a->end,
-			        a->threadId, name);
+			cuptiGetCallbackName(driver ? CUPTI_CB_DOMAIN_DRIVER_API : CUPTI_CB_DOMAIN_RUNTIME_API, a->cbid, &name);
+			fprintf(out, "%c %llu %llu %u %s\n", driver ? 'D' : 'R', (unsigned long long)a->start,
+			        (unsigned long long)a->end, a->threadId, name);
 			break;
 		}
 		default:
@@ -115,7 +120,8 @@ int InitializeInjection(void) {
 	if (cuptiActivityRegisterCallbacks(requested, completed) != CUPTI_SUCCESS ||
 	    cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS ||
 	    cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY) != CUPTI_SUCCESS ||
-	    cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DRIVER) != CUPTI_SUCCESS) {
+	    cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DRIVER) != CUPTI_SUCCESS ||
+	    cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME) != CUPTI_SUCCESS) {
 		fprintf(out, "E cupti could not be enabled\n");
 		fclose(out);
 		out = NULL;
