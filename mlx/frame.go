@@ -20,6 +20,12 @@ type Frame struct {
 	s     Stream
 	owned []C.mlx_array
 	err   error
+	// res is where ops write their result handle: C memory, so that
+	// passing it to C costs no check of Go pointers (a step makes about a
+	// thousand ops). Made by the first op, freed by Free; inOp keeps an
+	// op made inside another's call from sharing it.
+	res  *C.mlx_array
+	inOp bool
 }
 
 // NewFrame starts a frame whose ops run on s.
@@ -35,12 +41,17 @@ func (f *Frame) Fail(err error) {
 	}
 }
 
-// Free releases every array the frame owns. The frame stays usable.
+// Free releases every array the frame owns, in one call into C. The
+// frame stays usable.
 func (f *Frame) Free() {
-	for _, a := range f.owned {
-		C.mlx_array_free(a)
+	if len(f.owned) > 0 {
+		C.mlx_array_free_n(&f.owned[0], C.size_t(len(f.owned)))
 	}
 	f.owned = f.owned[:0]
+	if f.res != nil {
+		C.free(unsafe.Pointer(f.res))
+		f.res = nil
+	}
 }
 
 // Keep returns a caller-owned reference to a; the frame's own reference is
@@ -87,8 +98,21 @@ func (f *Frame) op(name string, call func(res *C.mlx_array) C.int, inputs ...Arr
 			return Array{}
 		}
 	}
-	res := C.mlx_array_new()
-	if call(&res) != 0 {
+	var res C.mlx_array
+	var ok bool
+	if f.inOp {
+		res, ok = callNested(call)
+	} else {
+		if f.res == nil {
+			f.res = (*C.mlx_array)(C.malloc(C.size_t(unsafe.Sizeof(res))))
+		}
+		*f.res = C.mlx_array{} // empty, as mlx_array_new makes it
+		f.inOp = true
+		ok = call(f.res) == 0
+		f.inOp = false
+		res = *f.res
+	}
+	if !ok {
 		f.err = lastError(name)
 		if res.ctx != nil {
 			C.mlx_array_free(res)
@@ -97,6 +121,14 @@ func (f *Frame) op(name string, call func(res *C.mlx_array) C.int, inputs ...Arr
 	}
 	f.owned = append(f.owned, res)
 	return Array{res}
+}
+
+// callNested runs an op's call made inside another op's call, with a
+// handle of its own.
+func callNested(call func(res *C.mlx_array) C.int) (C.mlx_array, bool) {
+	var res C.mlx_array
+	ok := call(&res) == 0
+	return res, ok
 }
 
 // Eval evaluates arrays, recording any error on the frame.

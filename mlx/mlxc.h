@@ -46,6 +46,8 @@ void mlx_set_error_handler(mlx_error_handler_func handler, void* data, void (*dt
 
 /* arrays */
 mlx_array mlx_array_new(void);
+// mlx_array_free_n frees the n arrays at a (a frame's, in one call).
+int mlx_array_free_n(mlx_array* a, size_t n);
 int mlx_array_free(mlx_array arr);
 int mlx_array_set(mlx_array* arr, const mlx_array src);
 mlx_array mlx_array_new_data(const void* data, const int* shape, int dim, mlx_dtype dtype);

@@ -139,6 +139,13 @@ int mlx_array_free(mlx_array a) {
   return 0;
 }
 
+int mlx_array_free_n(mlx_array* a, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    delete static_cast<mx::array*>(a[i].ctx);
+  }
+  return 0;
+}
+
 int mlx_array_set(mlx_array* a, const mlx_array src) {
   return guard([&] { set(a, arr(src)); });
 }
