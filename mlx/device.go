@@ -29,7 +29,7 @@ type DeviceMemory struct {
 // DeviceMemory asks MLX about the memory of the stream's device. Call it on
 // the stream's MLX thread.
 func (s Stream) DeviceMemory() (DeviceMemory, error) {
-	if s.c.ctx == nil {
+	if s.c.ctx == 0 {
 		return DeviceMemory{}, errors.New("mlx: device memory of a freed stream")
 	}
 	var (

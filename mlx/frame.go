@@ -114,7 +114,7 @@ func (f *Frame) op(name string, call func(res *C.mlx_array) C.int, inputs ...Arr
 	}
 	if !ok {
 		f.err = lastError(name)
-		if res.ctx != nil {
+		if res.ctx != 0 {
 			C.mlx_array_free(res)
 		}
 		return Array{}

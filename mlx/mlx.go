@@ -202,13 +202,13 @@ type Array struct {
 }
 
 // Valid reports whether the handle holds an array.
-func (a Array) Valid() bool { return a.c.ctx != nil }
+func (a Array) Valid() bool { return a.c.ctx != 0 }
 
 // Free releases a caller-owned array. Freeing the zero Array is a no-op.
 func (a *Array) Free() {
-	if a.c.ctx != nil {
+	if a.c.ctx != 0 {
 		C.mlx_array_free(a.c)
-		a.c.ctx = nil
+		a.c.ctx = 0
 	}
 }
 
@@ -318,7 +318,7 @@ func FromBytes(data []byte, dtype Dtype, shape ...int) (Array, error) {
 		p = unsafe.Pointer(&data[0])
 	}
 	res := C.mlx_array_new_data(p, ptr(cs), C.int(len(cs)), C.mlx_dtype(dtype))
-	if res.ctx == nil {
+	if res.ctx == 0 {
 		return Array{}, lastError("array_new_data")
 	}
 	return Array{res}, nil
@@ -382,7 +382,7 @@ func GPU() (Stream, error) {
 	}
 	s := C.mlx_default_gpu_stream_new()
 	RestoreSignals()
-	if s.ctx == nil {
+	if s.ctx == 0 {
 		return Stream{}, lastError("default_gpu_stream")
 	}
 	return Stream{s}, nil
@@ -408,9 +408,9 @@ func GPUAvailable() (bool, error) {
 
 // Free releases the stream handle.
 func (s *Stream) Free() {
-	if s.c.ctx != nil {
+	if s.c.ctx != 0 {
 		C.mlx_stream_free(s.c)
-		s.c.ctx = nil
+		s.c.ctx = 0
 	}
 }
 

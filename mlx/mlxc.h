@@ -16,8 +16,20 @@
 extern "C" {
 #endif
 
+/*
+ * Go (cgo compiles this header as C) sees the handles of arrays and
+ * streams as integers: they only ever hold C++ heap pointers, and a
+ * pointer field would make Go check each handle passed to C for Go
+ * pointers, a cost on every one of a step's thousand ops. Same size,
+ * alignment and calling convention as the pointer the C++ side sees.
+ */
+#ifdef __cplusplus
 typedef struct mlx_array_ { void* ctx; } mlx_array;
 typedef struct mlx_stream_ { void* ctx; } mlx_stream;
+#else
+typedef struct mlx_array_ { uintptr_t ctx; } mlx_array;
+typedef struct mlx_stream_ { uintptr_t ctx; } mlx_stream;
+#endif
 typedef struct mlx_vector_array_ { void* ctx; } mlx_vector_array;
 
 typedef enum mlx_dtype_ {
@@ -46,7 +58,7 @@ void mlx_set_error_handler(mlx_error_handler_func handler, void* data, void (*dt
 
 /* arrays */
 mlx_array mlx_array_new(void);
-// mlx_array_free_n frees the n arrays at a (a frame's, in one call).
+/* extension: frees the n arrays at a (a frame's, in one call). */
 int mlx_array_free_n(mlx_array* a, size_t n);
 int mlx_array_free(mlx_array arr);
 int mlx_array_set(mlx_array* arr, const mlx_array src);
