@@ -222,7 +222,7 @@ trace)
 		python3 scripts/gpu/ksteps.py "$D/trace-mlxlm-rows$rows.txt" --skip 5 | tee "$D/steps-mlxlm-rows$rows.txt"
 	done
 	i=0
-	for setting in ${SETTINGS:-- PROVIDER_STEP_AHEAD=1}; do
+	for setting in ${SETTINGS:--}; do
 		i=$((i + 1))
 		vars=()
 		[ "$setting" = - ] || IFS=, read -r -a vars <<<"$setting"
