@@ -71,6 +71,12 @@ decode_step() {
 	echo "$name: exit $?"
 	grep -E '^Benchmark' "$D/$name.txt"
 }
+# setting_vars SETTING: vars, the array of the VAR=VALUE a setting lists
+# (comma-separated; "-" or empty for none).
+setting_vars() {
+	vars=()
+	[ -z "$1" ] || [ "$1" = - ] || IFS=, read -r -a vars <<<"$1"
+}
 # step_metrics PORT: our server's step counters, labels dropped, sorted.
 step_metrics() {
 	curl -sf "http://127.0.0.1:$1/metrics" |
@@ -183,8 +189,7 @@ pace)
 	i=0
 	for setting in ${SETTINGS:-- PROVIDER_STEP_AHEAD=1 PROVIDER_GPU_QMV=0,PROVIDER_GPU_FUSE=0}; do
 		i=$((i + 1))
-		vars=()
-		[ "$setting" = - ] || IFS=, read -r -a vars <<<"$setting"
+		setting_vars "$setting"
 		serve_ours 18506 "$D/server-$i.log" "${vars[@]}"
 		step_metrics 18506 >"$D/metrics-$i-before.txt"
 		bench_ours 18506 "bench-$i" --concurrency 1 --requests 16 --prompts random --prompt-tokens 128 \
@@ -224,8 +229,7 @@ trace)
 	i=0
 	for setting in ${SETTINGS:--}; do
 		i=$((i + 1))
-		vars=()
-		[ "$setting" = - ] || IFS=, read -r -a vars <<<"$setting"
+		setting_vars "$setting"
 		serve_ours 18507 "$D/server-$i.log" "${KT[@]}" KTRACE_OUT="$D/trace-server-$i.txt" "${vars[@]}"
 		bench_ours 18507 "bench-$i" --concurrency 1 --requests 16 --prompts random --prompt-tokens 128 \
 			--max-tokens 64 --seed 3
@@ -238,17 +242,16 @@ trace)
 	xz -T0 "$D"/trace-*.txt
 	;;
 mlxenv)
-	# The decode step (ours, then mlx-lm's) once per setting of MLX's own
-	# environment in SETTINGS (space-separated; each a comma-separated list
-	# of VAR=VALUE, "-" for MLX's defaults; each result also copied to R as
-	# it comes, in case a later one never returns), then mlx-lm's step, then
-	# a timeline of our one-row step under the setting in TRACED, if any.
+	# Our decode step once per setting of MLX's own environment in
+	# SETTINGS (space-separated; each a comma-separated list of VAR=VALUE,
+	# "-" for MLX's defaults; each result also copied to R as it comes, in
+	# case a later one never returns), then mlx-lm's step, then a timeline
+	# of our one-row step under the setting in TRACED, if any.
 	checkpoint
 	i=0
 	for setting in ${SETTINGS:--}; do
 		i=$((i + 1))
-		vars=()
-		[ "$setting" = - ] || IFS=, read -r -a vars <<<"$setting"
+		setting_vars "$setting"
 		echo "setting $i ($setting):"
 		decode_step "step-$i" "" 30 "${vars[@]}"
 		cp "$D/step-$i.txt" "$R/" 2>/dev/null
@@ -258,7 +261,7 @@ mlxenv)
 	grep -E '^mlx-lm' "$D/step-mlxlm.txt"
 	if [ -n "${TRACED:-}" ]; then
 		export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/tmp/site/nvidia/cu13/lib
-		IFS=, read -r -a vars <<<"$TRACED"
+		setting_vars "$TRACED"
 		decode_step step-traced rows1 200 CUDA_INJECTION64_PATH=/tmp/libktrace.so KTRACE_OUT="$D/trace-step.txt" "${vars[@]}"
 		python3 scripts/gpu/ksteps.py "$D/trace-step.txt" --skip 5 | tee "$D/steps-traced.txt"
 		xz -T0 "$D/trace-step.txt"
@@ -277,8 +280,7 @@ runs)
 	export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/tmp/site/nvidia/cu13/lib
 	for spec in $RUNS; do
 		IFS='|' read -r name sub steps setting traced <<<"$spec"
-		vars=()
-		[ -z "$setting" ] || IFS=, read -r -a vars <<<"$setting"
+		setting_vars "$setting"
 		[ "$traced" != trace ] || vars+=(CUDA_INJECTION64_PATH=/tmp/libktrace.so KTRACE_OUT="$D/trace-$name.txt")
 		decode_step "$name" "$sub" "$steps" "${vars[@]}"
 		cp "$D/$name.txt" "$R/"
