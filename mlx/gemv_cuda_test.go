@@ -197,12 +197,20 @@ func TestAffineGemvCUDA(t *testing.T) {
 
 // BenchmarkAffineGemvCUDA times x @ dequantize(w).T for the matrix shapes
 // of a Llama-2-7B decode step (and the fused q/k/v and gate/up shapes) at
-// 1, 2, 4 and 8 rows (the kernel takes them all here), through the project's kernel and through MLX's quantized
-// matmul (PROVIDER_GPU_QMV=0). Each evaluation runs one product on each of
-// enough distinct matrices to exceed the GPU's L2 cache, so the weights
-// stream from device memory as in a step. It reports the weights' bytes a
-// second and, with HBM_BYTES_PER_S set, that as a share of the bound.
+// 1, 2, 4 and 8 rows (the kernel takes them all here), through the
+// project's kernel and through MLX's quantized matmul (PROVIDER_GPU_QMV=0).
+// Each evaluation runs one product on each of enough distinct matrices to
+// exceed the GPU's L2 cache, so the weights stream from device memory as
+// in a step. It reports the weights' bytes a second and, with
+// HBM_BYTES_PER_S set, that as a share of the bound.
 // PROVIDER_BENCH_QMV_SHAPES adds work shapes (R:U:W, space-separated).
+//
+// The products of one evaluation do not depend on each other, so MLX's
+// CUDA graphs may run them side by side: the figures are a throughput,
+// which flatters a kernel that leaves the device short of work (MLX's at
+// 8 rows and 4096 outputs: 17.5 us a product here on an H100, 54 us in a
+// traced step on an H200). scripts/gpu/session.sh qmvtrace times one
+// product on the device.
 func BenchmarkAffineGemvCUDA(b *testing.B) {
 	shapes := []string{"0", "1"}
 	if v := os.Getenv("PROVIDER_BENCH_QMV_SHAPES"); v != "" {

@@ -14,6 +14,9 @@ prefill, warm-up), and the kernels' time a step by kernel (median of the
 per-step sums), largest first.
 
     python3 scripts/gpu/ksteps.py TRACE [--boundary REGEX] [--skip 3] [--top 20]
+
+With --by-kernel it cuts nothing: each kernel's count and median duration
+over the whole trace (for a benchmark of one kernel, run alone).
 """
 
 import argparse
@@ -67,6 +70,7 @@ def main():
     ap.add_argument("--boundary", default=r"arg_?reduce|ArgReduce|argmax", help="regex: a step's last kernel")
     ap.add_argument("--skip", type=int, default=3, help="steps dropped at the start")
     ap.add_argument("--top", type=int, default=20)
+    ap.add_argument("--by-kernel", action="store_true", help="each kernel's count and median duration")
     args = ap.parse_args()
     kernels, driver = [], []
     with open(args.trace) as f:
@@ -80,6 +84,14 @@ def main():
     driver.sort()
     names = sorted({k[2] for k in kernels})
     short_of = dict(zip(names, (short(n) for n in demangle(names))))
+    if args.by_kernel:
+        durations = defaultdict(list)
+        for s, e, n in kernels:
+            durations[short_of[n]].append(e - s)
+        print(f"{args.trace}: {len(kernels)} kernels; count, median and total by kernel:")
+        for n, v in sorted(durations.items(), key=lambda kv: -sum(kv[1]))[: args.top]:
+            print(f"  {len(v):7d}  {statistics.median(v) / 1e3:9.2f} us  {sum(v) / 1e6:9.3f} ms  {n}")
+        return
     boundary = re.compile(args.boundary, re.I)
     ends = [e for _, e, n in kernels if boundary.search(short_of[n]) or boundary.search(n)]
     if len(ends) < args.skip + 2:

@@ -15,6 +15,7 @@
 #   bash scripts/gpu/session.sh trace    # device timelines (ktrace): our step, mlx-lm's, our server's at c=1
 #   SETTINGS="- MLX_MAX_OPS_PER_BUFFER=200" bash scripts/gpu/session.sh mlxenv  # the step per MLX setting
 #   RUNS="a|rows1|50|VAR=1,VAR2=2|trace b|rows8|50||" bash scripts/gpu/session.sh runs  # named decode steps
+#   CASES="n4096_k4096/rows8/qmv0 n4096_k4096/rows8/qmv1" bash scripts/gpu/session.sh qmvtrace  # products' device time
 #
 # The decode-step benchmark (model/llama BenchmarkDecodeStep) times steps
 # of 1 and 8 rows on the random Llama-2-7B-shape checkpoint, after prompts
@@ -23,7 +24,7 @@
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
-PHASE=${1:?usage: session.sh test|llama|prefix|diag|burst|qmv|steps|pace|trace|mlxenv|runs}
+PHASE=${1:?usage: session.sh test|llama|prefix|diag|burst|qmv|steps|pace|trace|mlxenv|runs|qmvtrace}
 R=${R:-${OUT:?set OUT or R}}
 D=/tmp/session-$PHASE
 rm -rf "$D" && mkdir -p "$D"
@@ -291,6 +292,24 @@ runs)
 	done
 	timeout 150 python3 scripts/mlxlm_decode_step.py "$CKPT" --steps 30 >"$D/step-mlxlm.txt" 2>&1
 	grep -E '^mlx-lm' "$D/step-mlxlm.txt"
+	;;
+qmvtrace)
+	# Each product's time on the device, per case of BenchmarkAffineGemvCUDA
+	# in CASES (its sub-benchmark path), each in its own traced process
+	# with MLX's CUDA graphs off: in a graph, MLX's independent products
+	# may run side by side, so the benchmark's own time a product is a
+	# throughput, not one product's time as in a step, where each waits
+	# for the last.
+	export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/tmp/site/nvidia/cu13/lib
+	for c in ${CASES:?CASES: sub-benchmarks of BenchmarkAffineGemvCUDA}; do
+		name=$(echo "$c" | tr / -)
+		(cd mlx && env MLX_USE_CUDA_GRAPHS=0 CUDA_INJECTION64_PATH=/tmp/libktrace.so KTRACE_OUT="$D/trace-$name.txt" \
+			timeout 150 /tmp/mlx.test -test.run '^$' -test.bench "BenchmarkAffineGemvCUDA/$c\$" -test.benchtime 20x) \
+			>"$D/$name.txt" 2>&1
+		echo "$c: exit $?"
+		python3 scripts/gpu/ksteps.py "$D/trace-$name.txt" --by-kernel --top 3 | tee "$D/kernels-$name.txt"
+		rm -f "$D/trace-$name.txt"
+	done
 	;;
 *)
 	echo "session.sh: unknown phase $PHASE" >&2
