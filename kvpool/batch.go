@@ -585,7 +585,15 @@ func (b *Batch) attend(li int, q, k, v mlx.Array, scale float32, sinks mlx.Array
 				pagedKeys, p.decode == decodeSplit)
 			continue
 		}
-		qq := f.Transpose(f.Reshape(qp, part.R, part.Tq, H, D), 0, 2, 1, 3)
+		// [R, H, Tq, D] for the attention; one query needs no transpose
+		// (every view is a primitive the host builds and MLX walks each step).
+		one := part.R*part.Tq == 1
+		var qq mlx.Array
+		if one {
+			qq = f.Reshape(qp, 1, H, 1, D)
+		} else {
+			qq = f.Transpose(f.Reshape(qp, part.R, part.Tq, H, D), 0, 2, 1, 3)
+		}
 		mode := "array"
 		switch {
 		case part.exact && part.Tq > 1:
@@ -594,7 +602,11 @@ func (b *Batch) attend(li int, q, k, v mlx.Array, scale float32, sinks mlx.Array
 			mode = ""
 		}
 		o := f.Attention(qq, keys(p.k[src]), keys(p.v[src]), scale, mode, part.mask, sinks)
-		outs[i] = f.Reshape(f.Transpose(o, 0, 2, 1, 3), part.R*part.Tq, H, D)
+		if one {
+			outs[i] = f.Reshape(o, 1, H, D)
+		} else {
+			outs[i] = f.Reshape(f.Transpose(o, 0, 2, 1, 3), part.R*part.Tq, H, D)
+		}
 	}
 	o := outs[0]
 	if len(outs) > 1 {
