@@ -49,18 +49,24 @@ func TestFusedProjectionsMatchSeparate(t *testing.T) {
 		prompts = append(prompts, joined.m.Tokenizer.Encode(s, tokenizer.EncodeOptions{AddSpecial: true}))
 	}
 	// After the prompts, the same fixed token per row and step.
-	fixed := func(s int, _ []float32) [][]int32 {
-		next := make([][]int32, len(prompts))
-		for i := range next {
-			next[i] = []int32{int32(100 + s + i)}
+	fixed := func(rows int) func(int, []float32) [][]int32 {
+		return func(s int, _ []float32) [][]int32 {
+			next := make([][]int32, rows)
+			for i := range next {
+				next[i] = []int32{int32(100 + s + i)}
+			}
+			return next
 		}
-		return next
 	}
-	a, b := runSteps(t, apart, prompts, 6, fixed), runSteps(t, joined, prompts, 6, fixed)
-	for s := range a {
-		for i := range a[s] {
-			if a[s][i] != b[s][i] {
-				t.Fatalf("step %d: logit %d fused %v, apart %v", s, i, b[s][i], a[s][i])
+	// Three rows, then one alone (a lone token rotates q's and k's heads
+	// in one call).
+	for _, ps := range [][][]int32{prompts, prompts[:1]} {
+		a, b := runSteps(t, apart, ps, 6, fixed(len(ps))), runSteps(t, joined, ps, 6, fixed(len(ps)))
+		for s := range a {
+			for i := range a[s] {
+				if a[s][i] != b[s][i] {
+					t.Fatalf("%d rows, step %d: logit %d fused %v, apart %v", len(ps), s, i, b[s][i], a[s][i])
+				}
 			}
 		}
 	}

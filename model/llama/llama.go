@@ -154,6 +154,16 @@ func (m *Model) attention(f *mlx.Frame, l *layer, li int, h mlx.Array, b *kvpool
 	N := b.N()
 	// heads projects h and lays it out as [N, n, 1, headDim]: one RoPE row
 	// per token, each at its own position.
+	r := c.RoPE
+	pos := b.PositionIDs()
+	ref := c.ReferenceNumerics && r.Freqs == nil
+	rope := func(a mlx.Array) mlx.Array {
+		if ref {
+			return f.RefRoPE(a, r.Dims, r.Traditional, r.Base, r.Scale, pos)
+		}
+		return f.RoPEOffsets(a, r.Dims, r.Traditional, r.Base, r.Scale, pos, m.freqs)
+	}
+	flat := func(a mlx.Array, n int) mlx.Array { return f.Reshape(a, N, n, c.HeadDim) }
 	var q, k, v mlx.Array
 	if l.qkv != nil {
 		// One product, laid out as heads (q's, then k's, then v's), and
@@ -162,24 +172,23 @@ func (m *Model) attention(f *mlx.Frame, l *layer, li int, h mlx.Array, b *kvpool
 		part := func(lo, n int) mlx.Array {
 			return f.Slice(y, []int{0, lo, 0, 0}, []int{N, lo + n, 1, c.HeadDim})
 		}
-		q, k, v = part(0, c.Heads), part(c.Heads, c.KVHeads), part(c.Heads+c.KVHeads, c.KVHeads)
+		v = flat(part(c.Heads+c.KVHeads, c.KVHeads), c.KVHeads)
+		if N == 1 && !ref {
+			// One token: one rotation over q's and k's heads together (a
+			// kernel a layer fewer), whose views of them stay contiguous.
+			qk := flat(rope(part(0, c.Heads+c.KVHeads)), c.Heads+c.KVHeads)
+			q = f.Slice(qk, []int{0, 0, 0}, []int{1, c.Heads, c.HeadDim})
+			k = f.Slice(qk, []int{0, c.Heads, 0}, []int{1, c.Heads + c.KVHeads, c.HeadDim})
+		} else {
+			q, k = flat(rope(part(0, c.Heads)), c.Heads), flat(rope(part(c.Heads, c.KVHeads)), c.KVHeads)
+		}
 	} else {
 		heads := func(w *model.Weight, n int) mlx.Array {
 			return f.Reshape(w.Linear(f, h), N, n, 1, c.HeadDim)
 		}
-		q, k, v = heads(l.q, c.Heads), heads(l.k, c.KVHeads), heads(l.v, c.KVHeads)
+		q, k = flat(rope(heads(l.q, c.Heads)), c.Heads), flat(rope(heads(l.k, c.KVHeads)), c.KVHeads)
+		v = flat(heads(l.v, c.KVHeads), c.KVHeads)
 	}
-	r := c.RoPE
-	pos := b.PositionIDs()
-	if c.ReferenceNumerics && r.Freqs == nil {
-		q = f.RefRoPE(q, r.Dims, r.Traditional, r.Base, r.Scale, pos)
-		k = f.RefRoPE(k, r.Dims, r.Traditional, r.Base, r.Scale, pos)
-	} else {
-		q = f.RoPEOffsets(q, r.Dims, r.Traditional, r.Base, r.Scale, pos, m.freqs)
-		k = f.RoPEOffsets(k, r.Dims, r.Traditional, r.Base, r.Scale, pos, m.freqs)
-	}
-	flat := func(a mlx.Array, n int) mlx.Array { return f.Reshape(a, N, n, c.HeadDim) }
-	q, k, v = flat(q, c.Heads), flat(k, c.KVHeads), flat(v, c.KVHeads)
 	var o mlx.Array
 	if c.ReferenceNumerics {
 		// llama.cpp sums differently once a batch holds two tokens.
