@@ -60,14 +60,8 @@ func TestOneRowStepPrimitives(t *testing.T) {
 		}
 		step([]int32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10})
 		counts := step([]int32{11})
-		total := 0
-		var names []string
-		for n, c := range counts {
-			total += c
-			names = append(names, fmt.Sprintf("%s=%d", n, c))
-		}
-		sort.Strings(names)
-		t.Logf("one-row step: %d primitives: %s", total, strings.Join(names, " "))
+		total, names := DescribePrimitives(counts)
+		t.Logf("one-row step: %d primitives: %s", total, names)
 		if counts["FastRoPE"] != cfg.Layers {
 			t.Errorf("%d RoPE calls in a one-row step of %d layers, want one a layer", counts["FastRoPE"], cfg.Layers)
 		}
@@ -76,4 +70,18 @@ func TestOneRowStepPrimitives(t *testing.T) {
 			t.Errorf("%d transposes in a one-row step of %d layers, want at most %d", counts["Transpose"], cfg.Layers, 2*cfg.Layers+1)
 		}
 	})
+}
+
+// DescribePrimitives is the total of a graph's primitive counts and the
+// counts as NAME=N, sorted by name (for this package's tests and
+// benchmarks, the external ones included).
+func DescribePrimitives(counts map[string]int) (int, string) {
+	total := 0
+	var names []string
+	for n, c := range counts {
+		total += c
+		names = append(names, fmt.Sprintf("%s=%d", n, c))
+	}
+	sort.Strings(names)
+	return total, strings.Join(names, " ")
 }

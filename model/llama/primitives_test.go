@@ -3,9 +3,7 @@ package llama_test
 import (
 	"fmt"
 	"os"
-	"sort"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -113,15 +111,9 @@ func benchDecodeStep(b *testing.B, s mlx.Stream, cfg model.Config, net *llama.Mo
 			if err != nil {
 				b.Fatal(err)
 			}
-			total := 0
-			var names []string
-			for n, c := range counts {
-				total += c
-				names = append(names, fmt.Sprintf("%s=%d", n, c))
-			}
-			sort.Strings(names)
+			total, names := llama.DescribePrimitives(counts)
 			b.ReportMetric(float64(total), "primitives/step")
-			b.Logf("%d rows: %d primitives: %s", rows, total, strings.Join(names, " "))
+			b.Logf("%d rows: %d primitives: %s", rows, total, names)
 		}
 		ids := f.ToInt32s(out)
 		if err := f.Err(); err != nil {
