@@ -30,6 +30,9 @@ D=/tmp/session-$PHASE
 rm -rf "$D" && mkdir -p "$D"
 export WORK=${WORK:-/tmp/provider-gpubench}
 CKPT=$WORK/llama2-7b-4bit
+# Where a traced process (ktrace, carried built as /tmp/libktrace.so)
+# finds CUPTI: the machine's NVIDIA wheels, or its CUDA toolkit.
+export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:/tmp/site/nvidia/cu13/lib:/usr/local/cuda-13/extras/CUPTI/lib64
 case "$(nvidia-smi --query-gpu=name --format=csv,noheader)" in
 *H100*) export HBM_BYTES_PER_S=${HBM_BYTES_PER_S:-3.35e12} ;;
 *) export HBM_BYTES_PER_S=${HBM_BYTES_PER_S:-4.8e12} ;;
@@ -78,6 +81,24 @@ setting_vars() {
 	vars=()
 	[ -z "$1" ] || [ "$1" = - ] || IFS=, read -r -a vars <<<"$1"
 }
+# traced FILE: kt, the environment that records the process's device
+# timeline into FILE (scripts/gpu/ktrace.c).
+traced() {
+	kt=(CUDA_INJECTION64_PATH=/tmp/libktrace.so KTRACE_OUT="$1")
+}
+# steps_of NAME SKIP: $D/trace-NAME.txt cut into steps (ksteps.py, the
+# first SKIP dropped) into $D/steps-NAME.txt and shown, the trace then
+# xz-compressed.
+steps_of() {
+	python3 scripts/gpu/ksteps.py "$D/trace-$1.txt" --skip "$2" | tee "$D/steps-$1.txt"
+	xz -T0 "$D/trace-$1.txt"
+}
+# kvpool_test: kvpool's CUDA test (KVPOOL_RUN, default the paged kernel's).
+kvpool_test() {
+	(cd kvpool && timeout 240 /tmp/kvpool.test -test.run "${KVPOOL_RUN:-TestAttendPagedCUDA}" -test.v) >"$D/kvpool.txt" 2>&1
+	echo "kvpool test: exit $?"
+	grep -E '^(=== RUN|--- |PASS|FAIL|ok)|Error|error' "$D/kvpool.txt" | head -40
+}
 # step_metrics PORT: our server's step counters, labels dropped, sorted.
 step_metrics() {
 	curl -sf "http://127.0.0.1:$1/metrics" |
@@ -86,9 +107,7 @@ step_metrics() {
 case $PHASE in
 test)
 	nvidia-smi >"$D/nvidia-smi.txt" 2>&1
-	(cd kvpool && timeout 240 /tmp/kvpool.test -test.run "${KVPOOL_RUN:-TestAttendPagedCUDA}" -test.v) >"$D/kvpool.txt" 2>&1
-	echo "kvpool test: exit $?"
-	grep -E '^(=== RUN|--- |PASS|FAIL|ok)|Error|error' "$D/kvpool.txt" | head -40
+	kvpool_test
 	checkpoint
 	# STEPS: prompt:PROVIDER_GPU_PAGED[:sub-benchmark[:pool blocks]], in the order run.
 	for run in ${STEPS:-2048:1:rows1 2048:split:rows1 120:1 120:split 1024:1:rows8 1024:split:rows8}; do
@@ -206,41 +225,41 @@ pace)
 	done
 	;;
 trace)
-	# Where a step's time goes: a CUPTI timeline (scripts/gpu/ktrace.c,
-	# carried built as /tmp/libktrace.so) of our decode step of 1 and of 8
-	# rows, each in its own process, of mlx-lm's step, and of our server at
-	# c=1 per setting in SETTINGS (as in pace), each cut into steps by
-	# scripts/gpu/ksteps.py. The untraced step first, for the tracing's cost.
+	# Where a step's time goes: a device timeline (traced) of our decode
+	# step of 1 and of 8 rows, each in its own process, of mlx-lm's step,
+	# and of our server at c=1 per setting in SETTINGS (as in pace), each
+	# cut into steps (steps_of). The untraced step first, for the tracing's
+	# cost.
 	checkpoint
-	export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/tmp/site/nvidia/cu13/lib:/usr/local/cuda-13/extras/CUPTI/lib64
 	ldd /tmp/libktrace.so | grep cupti
-	KT=(CUDA_INJECTION64_PATH=/tmp/libktrace.so)
 	decode_step step-rows1-untraced rows1 50
 	for sub in rows1:200 rows8:100; do
 		IFS=: read -r rows n <<<"$sub"
-		decode_step "step-$rows" "$rows" "$n" "${KT[@]}" KTRACE_OUT="$D/trace-step-$rows.txt"
-		python3 scripts/gpu/ksteps.py "$D/trace-step-$rows.txt" --skip 5 | tee "$D/steps-$rows.txt"
+		traced "$D/trace-step-$rows.txt"
+		decode_step "step-$rows" "$rows" "$n" "${kt[@]}"
+		steps_of "step-$rows" 5
 	done
 	for rows in 1 8; do
-		env "${KT[@]}" KTRACE_OUT="$D/trace-mlxlm-rows$rows.txt" timeout 150 python3 scripts/mlxlm_decode_step.py "$CKPT" \
-			--steps 50 --rows "$rows" >"$D/step-mlxlm-rows$rows.txt" 2>&1
+		traced "$D/trace-mlxlm-rows$rows.txt"
+		env "${kt[@]}" timeout 150 python3 scripts/mlxlm_decode_step.py "$CKPT" --steps 50 --rows "$rows" \
+			>"$D/step-mlxlm-rows$rows.txt" 2>&1
 		grep -E '^mlx-lm' "$D/step-mlxlm-rows$rows.txt"
-		python3 scripts/gpu/ksteps.py "$D/trace-mlxlm-rows$rows.txt" --skip 5 | tee "$D/steps-mlxlm-rows$rows.txt"
+		steps_of "mlxlm-rows$rows" 5
 	done
 	i=0
 	for setting in ${SETTINGS:--}; do
 		i=$((i + 1))
 		setting_vars "$setting"
-		serve_ours 18507 "$D/server-$i.log" "${KT[@]}" KTRACE_OUT="$D/trace-server-$i.txt" "${vars[@]}"
+		traced "$D/trace-server-$i.txt"
+		serve_ours 18507 "$D/server-$i.log" "${kt[@]}" "${vars[@]}"
 		bench_ours 18507 "bench-$i" --concurrency 1 --requests 16 --prompts random --prompt-tokens 128 \
 			--max-tokens 64 --seed 3
 		sleep 1
 		echo "server setting $i ($setting):"
 		grep -A1 'target  level' "$D/bench-$i.txt" | tail -1
-		python3 scripts/gpu/ksteps.py "$D/trace-server-$i.txt" --skip 20 | tee "$D/steps-server-$i.txt"
+		steps_of "server-$i" 20
 		stop_ours
 	done
-	xz -T0 "$D"/trace-*.txt
 	;;
 mlxenv)
 	# Our decode step once per setting of MLX's own environment in
@@ -261,11 +280,10 @@ mlxenv)
 	timeout 150 python3 scripts/mlxlm_decode_step.py "$CKPT" --steps 30 >"$D/step-mlxlm.txt" 2>&1
 	grep -E '^mlx-lm' "$D/step-mlxlm.txt"
 	if [ -n "${TRACED:-}" ]; then
-		export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/tmp/site/nvidia/cu13/lib
 		setting_vars "$TRACED"
-		decode_step step-traced rows1 200 CUDA_INJECTION64_PATH=/tmp/libktrace.so KTRACE_OUT="$D/trace-step.txt" "${vars[@]}"
-		python3 scripts/gpu/ksteps.py "$D/trace-step.txt" --skip 5 | tee "$D/steps-traced.txt"
-		xz -T0 "$D/trace-step.txt"
+		traced "$D/trace-traced.txt"
+		decode_step step-traced rows1 200 "${kt[@]}" "${vars[@]}"
+		steps_of traced 5
 	fi
 	;;
 runs)
@@ -273,21 +291,19 @@ runs)
 	# NAME|SUB-BENCHMARK|STEPS|VAR=VALUE,...|trace (the last two may be
 	# empty; "trace" records a timeline, cut into steps), each result
 	# copied to R as it comes, then mlx-lm's step.
-	(cd kvpool && timeout 240 /tmp/kvpool.test -test.run "${KVPOOL_RUN:-TestAttendPagedCUDA}" -test.v) >"$D/kvpool.txt" 2>&1
-	echo "kvpool test: exit $?"
-	grep -E '^(=== RUN|--- |PASS|FAIL|ok)|Error|error' "$D/kvpool.txt" | head -40
+	kvpool_test
 	cp "$D/kvpool.txt" "$R/"
 	checkpoint
-	export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/tmp/site/nvidia/cu13/lib
 	for spec in $RUNS; do
-		IFS='|' read -r name sub steps setting traced <<<"$spec"
+		IFS='|' read -r name sub steps setting trace <<<"$spec"
 		setting_vars "$setting"
-		[ "$traced" != trace ] || vars+=(CUDA_INJECTION64_PATH=/tmp/libktrace.so KTRACE_OUT="$D/trace-$name.txt")
-		decode_step "$name" "$sub" "$steps" "${vars[@]}"
+		kt=()
+		[ "$trace" != trace ] || traced "$D/trace-$name.txt"
+		decode_step "$name" "$sub" "$steps" "${kt[@]}" "${vars[@]}"
 		cp "$D/$name.txt" "$R/"
-		if [ "$traced" = trace ]; then
-			python3 scripts/gpu/ksteps.py "$D/trace-$name.txt" --skip 5 | tee "$D/steps-$name.txt" | head -12
-			xz -T0 "$D/trace-$name.txt" && cp "$D/trace-$name.txt.xz" "$D/steps-$name.txt" "$R/"
+		if [ "$trace" = trace ]; then
+			steps_of "$name" 5
+			cp "$D/trace-$name.txt.xz" "$D/steps-$name.txt" "$R/"
 		fi
 	done
 	timeout 150 python3 scripts/mlxlm_decode_step.py "$CKPT" --steps 30 >"$D/step-mlxlm.txt" 2>&1
@@ -300,12 +316,11 @@ qmvtrace)
 	# may run side by side, so the benchmark's own time a product is a
 	# throughput, not one product's time as in a step, where each waits
 	# for the last.
-	export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/tmp/site/nvidia/cu13/lib
 	for c in ${CASES:?CASES: sub-benchmarks of BenchmarkAffineGemvCUDA}; do
 		name=$(echo "$c" | tr / -)
-		(cd mlx && env MLX_USE_CUDA_GRAPHS=0 CUDA_INJECTION64_PATH=/tmp/libktrace.so KTRACE_OUT="$D/trace-$name.txt" \
-			timeout 150 /tmp/mlx.test -test.run '^$' -test.bench "BenchmarkAffineGemvCUDA/$c\$" -test.benchtime 20x) \
-			>"$D/$name.txt" 2>&1
+		traced "$D/trace-$name.txt"
+		(cd mlx && env MLX_USE_CUDA_GRAPHS=0 "${kt[@]}" timeout 150 /tmp/mlx.test -test.run '^$' \
+			-test.bench "BenchmarkAffineGemvCUDA/$c\$" -test.benchtime 20x) >"$D/$name.txt" 2>&1
 		echo "$c: exit $?"
 		python3 scripts/gpu/ksteps.py "$D/trace-$name.txt" --by-kernel --top 3 | tee "$D/kernels-$name.txt"
 		rm -f "$D/trace-$name.txt"
