@@ -98,7 +98,7 @@ def main():
         raise SystemExit(f"ksteps: {len(ends)} step ends in {args.trace} (boundary {args.boundary!r})")
     steps = list(zip(ends, ends[1:]))[args.skip:]
     rows = defaultdict(list)
-    by_kernel = defaultdict(list)
+    per_step = []  # per step, each kernel's time
     ki = di = 0
     for lo, hi in steps:
         while ki < len(kernels) and kernels[ki][1] <= lo:
@@ -133,16 +133,16 @@ def main():
         rows["sync"].append(sync)
         rows["kernel count"].append(len(mine))
         rows["launch count"].append(nlaunch)
-        for n in set(per) | set(by_kernel):
-            by_kernel[n].append(per.get(n, 0))
+        per_step.append(per)
     print(f"{args.trace}: {len(steps)} steps (first {args.skip} dropped), medians:")
     for k, v in rows.items():
         m = statistics.median(v)
         print(f"  {k:13s} {m:10.0f}" if "count" in k else f"  {k:13s} {m / 1e6:10.3f} ms")
     print("  kernels a step, by kernel (median ms, share of span):")
     span = statistics.median(rows["span"])
-    for n, v in sorted(by_kernel.items(), key=lambda kv: -statistics.median(kv[1]))[: args.top]:
-        m = statistics.median(v)
+    names = {n for per in per_step for n in per}
+    medians = {n: statistics.median(per.get(n, 0) for per in per_step) for n in names}
+    for n, m in sorted(medians.items(), key=lambda kv: -kv[1])[: args.top]:
         print(f"    {m / 1e6:8.3f}  {100 * m / span:5.1f} %  {n}")
 
 
