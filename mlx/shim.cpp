@@ -134,16 +134,15 @@ mlx_array mlx_array_new(void) {
   return mlx_array{nullptr};
 }
 
-int mlx_array_free(mlx_array a) {
-  delete static_cast<mx::array*>(a.ctx);
-  return 0;
-}
-
 int mlx_array_free_n(mlx_array* a, size_t n) {
   for (size_t i = 0; i < n; i++) {
     delete static_cast<mx::array*>(a[i].ctx);
   }
   return 0;
+}
+
+int mlx_array_free(mlx_array a) {
+  return mlx_array_free_n(&a, 1);
 }
 
 int mlx_array_set(mlx_array* a, const mlx_array src) {

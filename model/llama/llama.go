@@ -152,8 +152,9 @@ func (m *Model) Forward(f *mlx.Frame, b *kvpool.Batch) mlx.Array {
 func (m *Model) attention(f *mlx.Frame, l *layer, li int, h mlx.Array, b *kvpool.Batch) mlx.Array {
 	c := m.cfg
 	N := b.N()
-	// heads projects h and lays it out as [N, n, 1, headDim]: one RoPE row
-	// per token, each at its own position.
+	// A projection's n heads are laid out as [N, n, 1, headDim] for rope
+	// (one RoPE row per token, each at its own position), and flat makes
+	// them [N, n, headDim] for the pool.
 	r := c.RoPE
 	pos := b.PositionIDs()
 	ref := c.ReferenceNumerics && r.Freqs == nil
