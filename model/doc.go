@@ -18,10 +18,10 @@
 // only: an upload to a GPU joins weights that read the same input into one
 // matrix under a name of its own (FuseProjections: a Llama layer's
 // self_attn.qkv_proj.weight and mlp.gate_up_proj.weight, Weight.Parts
-// giving each part's rows), which the family's code takes where present. Some architectures are read from
-// config.json only, to be described (DescribeHF: layer kinds, weight
-// estimate): gpt-oss and Gemma 4. ReadHFConfig returns their Config; Open
-// refuses their weights.
+// giving each part's rows), which the family's code takes where present.
+// Some architectures are read from config.json only, to be described
+// (DescribeHF: layer kinds, weight estimate): gpt-oss and Gemma 4.
+// ReadHFConfig returns their Config; Open refuses their weights.
 //
 // What model does per architecture once a config is read (tensor check,
 // read and adapt, extra EOS tokens, dummy manifest, tensor-parallel split)

@@ -14,7 +14,8 @@ if [ ! -f /tmp/site/.ok ]; then
 		b=$(basename "$x" .xz)
 		xz -dc "$x" > "/tmp/$b" && chmod +x "/tmp/$b"
 	done
-	cp "$G"/libktrace.so /tmp/ 2>/dev/null
 	touch /tmp/site/.ok
 fi
+# ktrace, if carried, on every call: a later carry may bring a newer one.
+[ ! -f "$G/libktrace.so" ] || cp "$G/libktrace.so" /tmp/
 export PYTHONPATH=/tmp/site LD_LIBRARY_PATH=/tmp/site/mlx/lib CUDA_HOME=/usr/local/cuda-13 PATH=/opt/torch/.venv/bin:$PATH
