@@ -81,6 +81,18 @@ setting_vars() {
 	vars=()
 	[ -z "$1" ] || [ "$1" = - ] || IFS=, read -r -a vars <<<"$1"
 }
+# next_setting SETTING: the next of a phase's settings: i counts them (from
+# 1), vars lists its VAR=VALUE (setting_vars).
+i=0
+next_setting() {
+	i=$((i + 1))
+	setting_vars "$1"
+}
+# bench_c1 PORT NAME: bench_ours at c=1, 16 random ~128-token prompts
+# (seed 3), 64 tokens each.
+bench_c1() {
+	bench_ours "$1" "$2" --concurrency 1 --requests 16 --prompts random --prompt-tokens 128 --max-tokens 64 --seed 3
+}
 # traced FILE: kt, the environment that records the process's device
 # timeline into FILE (scripts/gpu/ktrace.c).
 traced() {
@@ -206,14 +218,11 @@ pace)
 	# the defaults), with its step metrics: build, wait, steps built ahead.
 	checkpoint
 	decode_step step rows1 50
-	i=0
 	for setting in ${SETTINGS:-- PROVIDER_STEP_AHEAD=1 PROVIDER_GPU_QMV=0,PROVIDER_GPU_FUSE=0}; do
-		i=$((i + 1))
-		setting_vars "$setting"
+		next_setting "$setting"
 		serve_ours 18506 "$D/server-$i.log" "${vars[@]}"
 		step_metrics 18506 >"$D/metrics-$i-before.txt"
-		bench_ours 18506 "bench-$i" --concurrency 1 --requests 16 --prompts random --prompt-tokens 128 \
-			--max-tokens 64 --seed 3
+		bench_c1 18506 "bench-$i"
 		step_metrics 18506 >"$D/metrics-$i-after.txt"
 		echo "setting $i ($setting):"
 		grep -A1 'target  level' "$D/bench-$i.txt" | tail -1
@@ -246,14 +255,11 @@ trace)
 		grep -E '^mlx-lm' "$D/step-mlxlm-rows$rows.txt"
 		steps_of "mlxlm-rows$rows" 5
 	done
-	i=0
 	for setting in ${SETTINGS:--}; do
-		i=$((i + 1))
-		setting_vars "$setting"
+		next_setting "$setting"
 		traced "$D/trace-server-$i.txt"
 		serve_ours 18507 "$D/server-$i.log" "${kt[@]}" "${vars[@]}"
-		bench_ours 18507 "bench-$i" --concurrency 1 --requests 16 --prompts random --prompt-tokens 128 \
-			--max-tokens 64 --seed 3
+		bench_c1 18507 "bench-$i"
 		sleep 1
 		echo "server setting $i ($setting):"
 		grep -A1 'target  level' "$D/bench-$i.txt" | tail -1
@@ -268,10 +274,8 @@ mlxenv)
 	# case a later one never returns), then mlx-lm's step, then a timeline
 	# of our one-row step under the setting in TRACED, if any.
 	checkpoint
-	i=0
 	for setting in ${SETTINGS:--}; do
-		i=$((i + 1))
-		setting_vars "$setting"
+		next_setting "$setting"
 		echo "setting $i ($setting):"
 		decode_step "step-$i" "" 30 "${vars[@]}"
 		cp "$D/step-$i.txt" "$R/" 2>/dev/null
