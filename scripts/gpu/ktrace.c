@@ -22,15 +22,38 @@
 // every KTRACE_FLUSH_MS milliseconds (default 200) as well as at a C exit:
 // what ran in the last such period of a Go program is not written.
 //
+// With KTRACE_SAMPLES=FILE it also samples the host: every
+// KTRACE_SAMPLE_US microseconds (default 100) of a thread's own CPU time
+// that thread records its program counter and call stack (as far as C's
+// unwinder goes: into Go code it stops at the first Go frame), with a
+// timestamp, into FILE, and the process's mappings into FILE.maps, for
+// scripts/gpu/hsamples.py to resolve against the same binaries. The
+// kernel checks CPU timers at its clock tick, so a busy thread is sampled
+// a few hundred times a second whatever the period; each sample carries
+// its weight, the periods it stands for. Set alone (without KTRACE_OUT) it
+// records no device activity, which leaves the host's own timing alone.
+//
+//   S time tid weight pc n frame...   a sample (time in CLOCK_MONOTONIC
+//                                     ns, pc and frames in hex)
+//
 // Build (CUPTI's and CUDA's headers; the CUPTI library of the driver's
 // CUDA version):
 //
 //   gcc -O2 -shared -fPIC -o libktrace.so scripts/gpu/ktrace.c -I CUPTI_INC -I CUDA_INC -L CUPTI_LIB -lcupti
+#define _GNU_SOURCE
 #include <cupti.h>
+#include <dirent.h>
+#include <errno.h>
+#include <execinfo.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #define BUFFER_BYTES (16u << 20)
 
@@ -110,9 +133,164 @@ static void finish(void) {
 	pthread_mutex_unlock(&mu);
 }
 
+// The host sampler (KTRACE_SAMPLES). Each thread has a timer on its own
+// CPU clock that signals that thread; the handler writes a slot of a ring
+// that a writer thread empties into the file every 100 ms (the ring holds
+// far more than a period's samples).
+#define SAMPLE_DEPTH 40
+#define SAMPLE_SLOTS (1u << 16)
+#define MAX_THREADS 8192
+
+struct sample {
+	atomic_int ready;
+	int tid, n, weight;
+	unsigned long long ns;
+	void *pc;
+	void *frames[SAMPLE_DEPTH];
+};
+
+static struct sample *ring;
+static atomic_uint taken;
+static int sample_signal;
+
+static void on_sample(int sig, siginfo_t *info, void *context) {
+	(void)sig;
+	const int saved = errno;
+	struct sample *s = &ring[atomic_fetch_add(&taken, 1) % SAMPLE_SLOTS];
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	s->ns = (unsigned long long)now.tv_sec * 1000000000ull + (unsigned long long)now.tv_nsec;
+	s->tid = (int)syscall(SYS_gettid);
+	s->weight = 1 + info->si_overrun;
+	s->pc = (void *)((ucontext_t *)context)->uc_mcontext.gregs[REG_RIP];
+	s->n = backtrace(s->frames, SAMPLE_DEPTH);
+	atomic_store_explicit(&s->ready, 1, memory_order_release);
+	errno = saved;
+}
+
+// arm starts a timer on thread tid's CPU clock (the kernel's encoding of a
+// thread's clock: its id, inverted, shifted past the clock-kind bits).
+static void arm(int tid, long us) {
+	struct sigevent ev;
+	memset(&ev, 0, sizeof ev);
+	ev.sigev_notify = SIGEV_THREAD_ID;
+	ev.sigev_signo = sample_signal;
+	ev._sigev_un._tid = tid;
+	const clockid_t clock = (clockid_t)((~(unsigned)tid << 3) | 6u);
+	timer_t t;
+	if (timer_create(clock, &ev, &t) != 0) {
+		return;
+	}
+	const struct itimerspec every = {{us / 1000000, (us % 1000000) * 1000}, {us / 1000000, (us % 1000000) * 1000}};
+	timer_settime(t, 0, &every, NULL);
+}
+
+static void write_maps(const char *path) {
+	char name[4096];
+	snprintf(name, sizeof name, "%s.maps", path);
+	FILE *in = fopen("/proc/self/maps", "r"), *to = fopen(name, "w");
+	if (in && to) {
+		char line[8192];
+		while (fgets(line, sizeof line, in)) {
+			fputs(line, to);
+		}
+	}
+	if (in) {
+		fclose(in);
+	}
+	if (to) {
+		fclose(to);
+	}
+}
+
+static void *sampler(void *arg) {
+	const char *path = arg;
+	const char *every = getenv("KTRACE_SAMPLE_US");
+	const long us = every && atol(every) > 0 ? atol(every) : 100;
+	FILE *to = fopen(path, "w");
+	if (!to) {
+		return NULL;
+	}
+	static int armed[MAX_THREADS];
+	int narmed = 0;
+	const int self = (int)syscall(SYS_gettid);
+	unsigned written = 0;
+	const struct timespec period = {0, 100 * 1000000L};
+	for (int round = 0;; round++) {
+		DIR *d = opendir("/proc/self/task");
+		for (struct dirent *e; d && (e = readdir(d));) {
+			const int tid = atoi(e->d_name);
+			int seen = tid <= 0 || tid == self;
+			for (int j = 0; j < narmed && !seen; j++) {
+				seen = armed[j] == tid;
+			}
+			if (!seen && narmed < MAX_THREADS) {
+				armed[narmed++] = tid;
+				arm(tid, us);
+			}
+		}
+		if (d) {
+			closedir(d);
+		}
+		const unsigned upto = atomic_load(&taken);
+		if (upto - written > SAMPLE_SLOTS) {
+			fprintf(to, "E lost %u samples\n", upto - written - SAMPLE_SLOTS);
+			written = upto - SAMPLE_SLOTS;
+		}
+		for (; written != upto; written++) {
+			struct sample *s = &ring[written % SAMPLE_SLOTS];
+			if (!atomic_load_explicit(&s->ready, memory_order_acquire)) {
+				break; // a handler is still writing it: next round
+			}
+			fprintf(to, "S %llx %d %d %lx %d", s->ns, s->tid, s->weight, (unsigned long)s->pc, s->n);
+			for (int j = 0; j < s->n; j++) {
+				fprintf(to, " %lx", (unsigned long)s->frames[j]);
+			}
+			fputc('\n', to);
+			atomic_store_explicit(&s->ready, 0, memory_order_relaxed);
+		}
+		fflush(to);
+		if (round % 10 == 0) {
+			write_maps(path);
+		}
+		nanosleep(&period, NULL);
+	}
+	return NULL;
+}
+
+static void start_sampler(const char *path) {
+	ring = calloc(SAMPLE_SLOTS, sizeof *ring);
+	if (!ring) {
+		return;
+	}
+	void *warm[4];
+	backtrace(warm, 4); // loads the unwinder now, not inside a handler
+	sample_signal = SIGRTMIN + 5;
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_sigaction = on_sample;
+	sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(sample_signal, &sa, NULL) != 0) {
+		return;
+	}
+	write_maps(path);
+	pthread_t t;
+	if (pthread_create(&t, NULL, sampler, (void *)path) == 0) {
+		pthread_detach(t);
+	}
+}
+
 // Called by the CUDA driver when it loads the library (CUDA_INJECTION64_PATH).
 int InitializeInjection(void) {
+	const char *samples = getenv("KTRACE_SAMPLES");
+	if (samples && *samples) {
+		start_sampler(samples);
+	}
 	const char *path = getenv("KTRACE_OUT");
+	if (samples && *samples && !path) {
+		return 1;
+	}
 	out = fopen(path ? path : "ktrace.txt", "w");
 	if (!out) {
 		return 0;

@@ -41,11 +41,17 @@ done
 L=.gpu$N
 go build -ldflags="-s -w" -o "$W/provider" ./cmd/provider
 xz -T0 -6 -c "$W/provider" > "$L/provider.xz"
+# Test binaries travel stripped; the unstripped copy stays in $W/full,
+# with MLX's own library, for hsamples.py to name the host's samples.
+mkdir -p "$W/full"
 for t in ${TESTS:-kvpool}; do
 	name=$(basename "$t")
-	go test -c -ldflags="-s -w" -o "$W/$name.test" "./$t"
+	go test -c -o "$W/full/$name.test" "./$t"
+	strip -o "$W/$name.test" "$W/full/$name.test"
 	xz -T0 -6 -c "$W/$name.test" > "$L/$name.test.xz"
 done
+[ -f "$W/full/libmlx.so" ] || python3 -c 'import sys, zipfile; sys.stdout.buffer.write(zipfile.ZipFile(sys.argv[1]).read("mlx/lib/libmlx.so"))' \
+	"$(ls "$W"/wheels/mlx_cuda_13-*.whl)" >"$W/full/libmlx.so"
 # ktrace (scripts/gpu/ktrace.c), against CUPTI 13.0's headers; on the
 # machine it loads the CUPTI library there.
 if [ ! -f "$W/cupti/.ok" ]; then

@@ -16,6 +16,7 @@
 #   SETTINGS="- MLX_MAX_OPS_PER_BUFFER=200" bash scripts/gpu/session.sh mlxenv  # the step per MLX setting
 #   RUNS="a|rows1|50|VAR=1,VAR2=2|trace b|rows8|50||" bash scripts/gpu/session.sh runs  # named decode steps
 #   CASES="n4096_k4096/rows8/qmv0 n4096_k4096/rows8/qmv1" bash scripts/gpu/session.sh qmvtrace  # products' device time
+#   HPROF="build1:3000 rows1:500" bash scripts/gpu/session.sh hprof  # host samples of our step, then mlx-lm's
 #
 # The decode-step benchmark (model/llama BenchmarkDecodeStep) times steps
 # of 1 and 8 rows on the random Llama-2-7B-shape checkpoint, after prompts
@@ -24,7 +25,7 @@
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
-PHASE=${1:?usage: session.sh test|llama|prefix|diag|burst|qmv|steps|pace|trace|mlxenv|runs|qmvtrace}
+PHASE=${1:?usage: session.sh test|llama|prefix|diag|burst|qmv|steps|pace|trace|mlxenv|runs|hprof|qmvtrace}
 R=${R:-${OUT:?set OUT or R}}
 D=/tmp/session-$PHASE
 rm -rf "$D" && mkdir -p "$D"
@@ -66,11 +67,13 @@ bench_ours() {
 		--ignore-eos --warmup 0 --progress=false --out "$D/$name" "$@" >"$D/$name.txt" 2>&1
 }
 # decode_step NAME SUB-BENCHMARK STEPS [VAR=VALUE ...]: model/llama's
-# BenchmarkDecodeStep on the checkpoint, its output in $D/NAME.txt.
+# BenchmarkDecodeStep on the checkpoint, its output in $D/NAME.txt; the
+# test binary is TESTBIN if set (another build, for a before and after in
+# one run), else /tmp/llama.test.
 decode_step() {
 	local name=$1 sub=$2 steps=$3
 	shift 3
-	(cd model/llama && env PROVIDER_BENCH_MODEL="$CKPT" "$@" timeout 150 /tmp/llama.test -test.run '^$' \
+	(cd model/llama && env PROVIDER_BENCH_MODEL="$CKPT" "$@" timeout 150 "${TESTBIN:-/tmp/llama.test}" -test.run '^$' \
 		-test.bench "BenchmarkDecodeStep/$sub" -test.benchtime "${steps}x") >"$D/$name.txt" 2>&1
 	echo "$name: exit $?"
 	grep -E '^Benchmark' "$D/$name.txt"
@@ -105,11 +108,16 @@ steps_of() {
 	python3 scripts/gpu/ksteps.py "$D/trace-$1.txt" --skip "$2" | tee "$D/steps-$1.txt"
 	xz -T0 "$D/trace-$1.txt"
 }
-# kvpool_test: kvpool's CUDA test (KVPOOL_RUN, default the paged kernel's).
+# kvpool_test: kvpool's CUDA test (KVPOOL_RUN, default the paged kernel's),
+# then, where MLX_RUN names tests, mlx's.
 kvpool_test() {
 	(cd kvpool && timeout 240 /tmp/kvpool.test -test.run "${KVPOOL_RUN:-TestAttendPagedCUDA}" -test.v) >"$D/kvpool.txt" 2>&1
 	echo "kvpool test: exit $?"
 	grep -E '^(=== RUN|--- |PASS|FAIL|ok)|Error|error' "$D/kvpool.txt" | head -40
+	[ -n "${MLX_RUN:-}" ] || return 0
+	(cd mlx && timeout 240 /tmp/mlx.test -test.run "$MLX_RUN" -test.v) >"$D/mlx.txt" 2>&1
+	echo "mlx test: exit $?"
+	grep -E '^(--- |PASS|FAIL|ok)|Error|error' "$D/mlx.txt" | head -20
 }
 # step_metrics PORT: our server's step counters, labels dropped, sorted.
 step_metrics() {
@@ -291,15 +299,16 @@ mlxenv)
 	fi
 	;;
 runs)
-	# kvpool's CUDA test (KVPOOL_RUN), then named decode-step runs, each
-	# NAME|SUB-BENCHMARK|STEPS|VAR=VALUE,...|trace (the last two may be
-	# empty; "trace" records a timeline, cut into steps), each result
-	# copied to R as it comes, then mlx-lm's step.
+	# kvpool's CUDA test (KVPOOL_RUN; and mlx's, MLX_RUN), then named
+	# decode-step runs, each NAME|SUB-BENCHMARK|STEPS|VAR=VALUE,...|trace|BIN
+	# (the last three may be empty; "trace" records a timeline, cut into
+	# steps; BIN another test binary), each result copied to R as it
+	# comes, then mlx-lm's step.
 	kvpool_test
 	cp "$D/kvpool.txt" "$R/"
 	checkpoint
 	for spec in $RUNS; do
-		IFS='|' read -r name sub steps setting trace <<<"$spec"
+		IFS='|' read -r name sub steps setting trace TESTBIN <<<"$spec"
 		setting_vars "$setting"
 		kt=()
 		[ "$trace" != trace ] || traced "$D/trace-$name.txt"
@@ -312,6 +321,29 @@ runs)
 	done
 	timeout 150 python3 scripts/mlxlm_decode_step.py "$CKPT" --steps 30 >"$D/step-mlxlm.txt" 2>&1
 	grep -E '^mlx-lm' "$D/step-mlxlm.txt"
+	;;
+hprof)
+	# Where the host's time goes: ktrace's host sampler (no device activity
+	# recorded) on decode-step sub-benchmarks, HPROF's SUB:STEPS (the
+	# steps enough for a few seconds: a busy thread is sampled at the
+	# kernel's clock tick; an optional third field names another test
+	# binary), then on mlx-lm's step. hsamples.py resolves the
+	# samples afterwards, against unstripped copies of the binaries.
+	checkpoint
+	sampled() {
+		KS=(CUDA_INJECTION64_PATH=/tmp/libktrace.so KTRACE_SAMPLES="$D/samples-$1.txt")
+	}
+	for spec in ${HPROF:-build1:3000 rows1:500 rows8:250}; do
+		IFS=: read -r sub steps TESTBIN <<<"$spec"
+		name=$sub${TESTBIN:+-$(basename "$TESTBIN" .test)}
+		sampled "$name"
+		decode_step "hprof-$name" "$sub" "$steps" "${KS[@]}"
+	done
+	TESTBIN=
+	sampled mlxlm
+	env "${KS[@]}" timeout 150 python3 scripts/mlxlm_decode_step.py "$CKPT" --steps 400 --rows 1 >"$D/hprof-mlxlm.txt" 2>&1
+	grep -E '^mlx-lm' "$D/hprof-mlxlm.txt"
+	xz -T0 "$D"/samples-*.txt
 	;;
 qmvtrace)
 	# Each product's time on the device, per case of BenchmarkAffineGemvCUDA
