@@ -297,3 +297,44 @@ func benchAffineGemv(b *testing.B, th *Thread, s Stream, n, k int, shapes []stri
 		}
 	}
 }
+
+// BenchmarkAffineGemvBuildCUDA times the host's building of one affine
+// matrix-vector product on the GPU path (one row, 4096 x 4096, 4-bit), not
+// its evaluation: the custom kernel's share of a decode step's graph
+// building, which the step makes 129 times on the Llama-2-7B shape.
+func BenchmarkAffineGemvBuildCUDA(b *testing.B) {
+	const n, k, group, bits = 4096, 4096, 64, 4
+	th, s := cudaThread(b)
+	f := NewFrame(s)
+	defer th.Do(f.Free)
+	var x, w, sc, bi Array
+	var err error
+	th.Do(func() {
+		key := f.RandomKey(1)
+		x = f.RandomNormal(Float16, 0, 1, key, 1, k)
+		w = f.RandomBits(4, key, n, k*bits/32)
+		sc = f.RandomNormal(Float16, 0.01, 0.001, key, n, k/group)
+		bi = f.RandomNormal(Float16, -0.05, 0.01, key, n, k/group)
+		err = f.Eval(x, w, sc, bi)
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	th.Do(func() {
+		b.ResetTimer()
+		for range b.N {
+			inner := NewFrame(s)
+			y := inner.AffineLinear(x, w, sc, bi, group, bits)
+			if !y.Valid() {
+				err = inner.Err()
+			}
+			inner.Free()
+			if err != nil {
+				return
+			}
+		}
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+}

@@ -14,6 +14,8 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <type_traits>
 #include <unordered_set>
 #include <utility>
 #include <variant>
@@ -1114,6 +1116,76 @@ GemvConfig gemv_config() {
   return *g_gemv;
 }
 
+// launch is a call of MLX's custom-kernel function fn that makes the
+// primitive once for each distinct launch: fn writes the kernel's whole
+// source (kilobytes) on every call, on the host's path of every step,
+// while the primitive it makes depends only on what the key holds (the
+// function, the template arguments, the inputs' dtypes and whether each
+// has dimensions, the outputs' dtypes, the grid, the block and the
+// stream). Later calls make their arrays on the same primitive, which no
+// evaluation changes. The primitives each hold their source: past
+// kMadeKernels distinct launches (the split kernel's grid grows with a
+// step's longest table), the cache starts over. It is on only with
+// PROVIDER_GPU_LAUNCH_CACHE=1 (read once) until its tests and its
+// benchmark (BenchmarkAffineGemvBuildCUDA) have run on a device.
+constexpr size_t kMadeKernels = 512;
+
+std::vector<mx::array> launch(const mx::fast::CustomKernelFunction& fn, const std::vector<mx::array>& inputs,
+                              std::vector<mx::Shape> shapes, const std::vector<mx::Dtype>& dtypes,
+                              std::tuple<int, int, int> grid, std::tuple<int, int, int> block,
+                              const std::vector<std::pair<std::string, mx::fast::TemplateArg>>& targs,
+                              const mx::Stream& s) {
+  static const bool on = [] {
+    const char* v = std::getenv("PROVIDER_GPU_LAUNCH_CACHE");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  if (!on) {
+    return fn(inputs, std::move(shapes), dtypes, grid, block, targs, std::nullopt, false, s);
+  }
+  static std::mutex mu;
+  static std::map<std::vector<int64_t>, std::shared_ptr<mx::Primitive>> made;
+  auto code = [](mx::Dtype d) { return static_cast<int64_t>(d.val()); };
+  std::vector<int64_t> key{reinterpret_cast<int64_t>(&fn),
+                           std::get<0>(grid),
+                           std::get<1>(grid),
+                           std::get<2>(grid),
+                           std::get<0>(block),
+                           std::get<1>(block),
+                           std::get<2>(block),
+                           static_cast<int64_t>(s.device.type),
+                           s.index};
+  for (const auto& in : inputs) {
+    key.push_back(code(in.dtype()) * 2 + (in.ndim() > 0));
+  }
+  for (const auto& d : dtypes) {
+    key.push_back(code(d));
+  }
+  for (const auto& [name, arg] : targs) {
+    key.push_back(std::visit(
+        [&](const auto& v) -> int64_t {
+          if constexpr (std::is_same_v<std::decay_t<decltype(v)>, mx::Dtype>) {
+            return code(v);
+          } else {
+            return static_cast<int64_t>(v);
+          }
+        },
+        arg));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = made.find(key); it != made.end()) {
+      return mx::array::make_arrays(std::move(shapes), dtypes, it->second, inputs);
+    }
+  }
+  auto out = fn(inputs, shapes, dtypes, grid, block, targs, std::nullopt, false, s);
+  std::lock_guard<std::mutex> lock(mu);
+  if (made.size() >= kMadeKernels) {
+    made.clear();
+  }
+  made.emplace(std::move(key), out[0].primitive_ptr());
+  return out;
+}
+
 }  // namespace
 
 int mlx_cuda_available(bool* res) {
@@ -1139,9 +1211,9 @@ int mlx_cuda_paged_decode(mlx_array* res, const mlx_array q, const mlx_array k_p
                                                  {"o"}, kernel_source(kPagedDecodeParts), "",
                                                  /*ensure_row_contiguous=*/true);
       args.insert(args.end() - 1, {"HAS_SINKS", has_sinks});
-      auto out = kernel({qa, arr(k_pool), arr(v_pool), arr(table), arr(meta), sink_logits(sinks, H, s)}, {qa.shape()},
-                        {qa.dtype()}, {H * 32 * kPagedWarps, P, 1}, {32 * kPagedWarps, 1, 1}, args, std::nullopt,
-                        false, strm(s));
+      auto out = launch(kernel, {qa, arr(k_pool), arr(v_pool), arr(table), arr(meta), sink_logits(sinks, H, s)},
+                        {qa.shape()}, {qa.dtype()}, {H * 32 * kPagedWarps, P, 1}, {32 * kPagedWarps, 1, 1}, args,
+                        strm(s));
       set(res, out[0]);
       return;
     }
@@ -1151,12 +1223,11 @@ int mlx_cuda_paged_decode(mlx_array* res, const mlx_array q, const mlx_array k_p
     static auto merge = mx::fast::cuda_kernel("paged_decode_merge", {"po", "pml", "sinks"}, {"o"},
                                               kernel_source(kPagedMergeParts), "", /*ensure_row_contiguous=*/true);
     const int MB = arr(table).shape(1);
-    auto parts = kernel({qa, arr(k_pool), arr(v_pool), arr(table), arr(meta)}, {{P, H, MB, D}, {P, H, MB, 2}},
+    auto parts = launch(kernel, {qa, arr(k_pool), arr(v_pool), arr(table), arr(meta)}, {{P, H, MB, D}, {P, H, MB, 2}},
                         {mx::float32, mx::float32}, {H * 32 * kPagedWarps, P, MB}, {32 * kPagedWarps, 1, 1}, args,
-                        std::nullopt, false, strm(s));
-    auto out = merge({parts[0], parts[1], sink_logits(sinks, H, s)}, {qa.shape()}, {qa.dtype()}, {H * 32, P, 1},
-                     {32, 1, 1}, {{"T", qa.dtype()}, {"D", D}, {"HAS_SINKS", has_sinks}}, std::nullopt, false,
-                     strm(s));
+                        strm(s));
+    auto out = launch(merge, {parts[0], parts[1], sink_logits(sinks, H, s)}, {qa.shape()}, {qa.dtype()},
+                      {H * 32, P, 1}, {32, 1, 1}, {{"T", qa.dtype()}, {"D", D}, {"HAS_SINKS", has_sinks}}, strm(s));
     set(res, out[0]);
   });
 }
@@ -1195,10 +1266,9 @@ std::optional<mx::array> cuda_affine_gemv(const mx::array& x, const mx::array& w
   const int64_t blocks = (warps + g.W - 1) / g.W;
   mx::Shape shape = x.shape();
   shape.back() = static_cast<int>(N);
-  auto out = kernel({x, w, scales, biases}, {shape}, {x.dtype()}, {static_cast<int>(blocks * g.W * 32), 1, 1},
-                    {g.W * 32, 1, 1},
-                    {{"T", x.dtype()}, {"BITS", bits}, {"G", group_size}, {"M", M}, {"R", g.R}, {"U", g.U}},
-                    std::nullopt, false, st);
+  auto out = launch(kernel, {x, w, scales, biases}, {shape}, {x.dtype()},
+                    {static_cast<int>(blocks * g.W * 32), 1, 1}, {g.W * 32, 1, 1},
+                    {{"T", x.dtype()}, {"BITS", bits}, {"G", group_size}, {"M", M}, {"R", g.R}, {"U", g.U}}, st);
   return out[0];
 }
 
