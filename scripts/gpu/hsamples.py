@@ -17,7 +17,9 @@ name) and reports, over a window of the run:
 A sample stands for its weight in periods of its thread's CPU time
 (KTRACE_SAMPLE_US); the figures are weights.
 An address in a file with no symbols (the device's driver) is named by its
-file.
+file; one in a file with only exported symbols (a stripped system library)
+by the nearest exported function before it, marked ~, which may not be the
+function it is in.
 
   hsamples.py samples.txt --lib libmlx.so=site/mlx/lib/libmlx.so \\
       --lib llama.test=llama.test --window 1.2:0.2
@@ -64,13 +66,15 @@ class Elf:
             if kind == 1:
                 self.loads.append((offset, vaddr, filesz))
         self.addrs, self.names = [], []
-        for flag in (["--defined-only"], ["--defined-only", "-D"]):
+        # A file without its symbol table (a system library) names an
+        # address by the nearest exported function before it, marked ~.
+        for flag, mark in ((["--defined-only"], ""), (["--defined-only", "-D"], "~")):
             out = subprocess.run(["nm", "-C", *flag, path], capture_output=True, text=True).stdout
             syms = []
             for line in out.splitlines():
                 parts = line.split(" ", 2)
                 if len(parts) == 3 and parts[1] in "tTwWiu" and parts[0]:
-                    syms.append((int(parts[0], 16), parts[2]))
+                    syms.append((int(parts[0], 16), mark + parts[2]))
             if syms:
                 syms.sort()
                 self.addrs = [a for a, _ in syms]

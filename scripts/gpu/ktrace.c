@@ -32,6 +32,9 @@
 // a few hundred times a second whatever the period; each sample carries
 // its weight, the periods it stands for. Set alone (without KTRACE_OUT) it
 // records no device activity, which leaves the host's own timing alone.
+// A process that never starts CUDA (our CPU build) takes the library
+// through LD_PRELOAD, with KTRACE_SAMPLE_AFTER_MS=N to start the sampler
+// N milliseconds after it loads (300 is past a Go runtime's start).
 //
 //   S time tid weight pc n frame...   a sample (time in CLOCK_MONOTONIC
 //                                     ns, pc and frames in hex)
@@ -277,6 +280,28 @@ static void start_sampler(const char *path) {
 	write_maps(path);
 	pthread_t t;
 	if (pthread_create(&t, NULL, sampler, (void *)path) == 0) {
+		pthread_detach(t);
+	}
+}
+
+static void *start_later(void *arg) {
+	const long ms = (long)(intptr_t)arg;
+	const struct timespec wait = {ms / 1000, (ms % 1000) * 1000000L};
+	nanosleep(&wait, NULL);
+	start_sampler(getenv("KTRACE_SAMPLES"));
+	return NULL;
+}
+
+// Loaded with LD_PRELOAD instead (a process that never starts CUDA, such
+// as our CPU build), KTRACE_SAMPLE_AFTER_MS=N starts the host sampler N
+// milliseconds after the library loads: after a Go program's runtime has
+// set its own signal handlers, which would otherwise replace the
+// sampler's.
+__attribute__((constructor)) static void preloaded(void) {
+	const char *after = getenv("KTRACE_SAMPLE_AFTER_MS"), *samples = getenv("KTRACE_SAMPLES");
+	pthread_t t;
+	if (after && samples && *samples &&
+	    pthread_create(&t, NULL, start_later, (void *)(intptr_t)atol(after)) == 0) {
 		pthread_detach(t);
 	}
 }
