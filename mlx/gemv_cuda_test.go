@@ -223,6 +223,18 @@ func BenchmarkAffineGemvCUDA(b *testing.B) {
 	}
 }
 
+// randomAffine is random affine weights [n, k] of bits bits in groups of
+// group (packed values, float16 scales and biases), from seed: the
+// benchmarks' stand-in for a checkpoint's matrix.
+func randomAffine(f *Frame, seed uint64, n, k, group, bits int) [3]Array {
+	key := f.RandomKey(seed)
+	return [3]Array{
+		f.RandomBits(4, key, n, k*bits/32), // uint32 words
+		f.RandomNormal(Float16, 0.01, 0.001, key, n, k/group),
+		f.RandomNormal(Float16, -0.05, 0.01, key, n, k/group),
+	}
+}
+
 // benchAffineGemv runs BenchmarkAffineGemvCUDA's cases for [n, k] weights;
 // MLX work runs on th.
 func benchAffineGemv(b *testing.B, th *Thread, s Stream, n, k int, shapes []string, hbm float64) {
@@ -234,12 +246,7 @@ func benchAffineGemv(b *testing.B, th *Thread, s Stream, n, k int, shapes []stri
 	var err error
 	th.Do(func() {
 		for i := range ws {
-			key := f.RandomKey(uint64(i + 1))
-			ws[i] = [3]Array{
-				f.RandomBits(4, key, n, k*bits/32),
-				f.RandomNormal(Float16, 0.01, 0.001, key, n, k/group),
-				f.RandomNormal(Float16, -0.05, 0.01, key, n, k/group),
-			}
+			ws[i] = randomAffine(f, uint64(i+1), n, k, group, bits)
 			if err = f.Eval(ws[i][:]...); err != nil {
 				return
 			}
@@ -307,15 +314,13 @@ func BenchmarkAffineGemvBuildCUDA(b *testing.B) {
 	th, s := cudaThread(b)
 	f := NewFrame(s)
 	defer th.Do(f.Free)
-	var x, w, sc, bi Array
+	var x Array
+	var m [3]Array
 	var err error
 	th.Do(func() {
-		key := f.RandomKey(1)
-		x = f.RandomNormal(Float16, 0, 1, key, 1, k)
-		w = f.RandomBits(4, key, n, k*bits/32)
-		sc = f.RandomNormal(Float16, 0.01, 0.001, key, n, k/group)
-		bi = f.RandomNormal(Float16, -0.05, 0.01, key, n, k/group)
-		err = f.Eval(x, w, sc, bi)
+		x = f.RandomNormal(Float16, 0, 1, f.RandomKey(1), 1, k)
+		m = randomAffine(f, 1, n, k, group, bits)
+		err = f.Eval(x, m[0], m[1], m[2])
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -324,7 +329,7 @@ func BenchmarkAffineGemvBuildCUDA(b *testing.B) {
 		b.ResetTimer()
 		for range b.N {
 			inner := NewFrame(s)
-			y := inner.AffineLinear(x, w, sc, bi, group, bits)
+			y := inner.AffineLinear(x, m[0], m[1], m[2], group, bits)
 			if !y.Valid() {
 				err = inner.Err()
 			}
