@@ -111,11 +111,14 @@ static void CUPTIAPI completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, 
 	free(buffer);
 }
 
+static void sleep_ms(long ms) {
+	const struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+	nanosleep(&t, NULL);
+}
+
 static void *flusher(void *arg) {
-	const long ms = (long)(intptr_t)arg;
-	const struct timespec period = {ms / 1000, (ms % 1000) * 1000000L};
 	for (;;) {
-		nanosleep(&period, NULL);
+		sleep_ms((long)(intptr_t)arg);
 		cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
 		pthread_mutex_lock(&mu);
 		if (out) {
@@ -218,7 +221,6 @@ static void *sampler(void *arg) {
 	int narmed = 0;
 	const int self = (int)syscall(SYS_gettid);
 	unsigned written = 0;
-	const struct timespec period = {0, 100 * 1000000L};
 	for (int round = 0;; round++) {
 		DIR *d = opendir("/proc/self/task");
 		for (struct dirent *e; d && (e = readdir(d));) {
@@ -256,12 +258,18 @@ static void *sampler(void *arg) {
 		if (round % 10 == 0) {
 			write_maps(path);
 		}
-		nanosleep(&period, NULL);
+		sleep_ms(100);
 	}
 	return NULL;
 }
 
+// start_sampler starts the host sampler once, whichever way the library
+// was loaded (a preloaded process may start CUDA too).
 static void start_sampler(const char *path) {
+	static atomic_flag started = ATOMIC_FLAG_INIT;
+	if (atomic_flag_test_and_set(&started)) {
+		return;
+	}
 	ring = calloc(SAMPLE_SLOTS, sizeof *ring);
 	if (!ring) {
 		return;
@@ -285,9 +293,7 @@ static void start_sampler(const char *path) {
 }
 
 static void *start_later(void *arg) {
-	const long ms = (long)(intptr_t)arg;
-	const struct timespec wait = {ms / 1000, (ms % 1000) * 1000000L};
-	nanosleep(&wait, NULL);
+	sleep_ms((long)(intptr_t)arg);
 	start_sampler(getenv("KTRACE_SAMPLES"));
 	return NULL;
 }
