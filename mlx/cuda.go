@@ -5,6 +5,11 @@ package mlx
 */
 import "C"
 
+import (
+	"slices"
+	"sync"
+)
+
 // CUDAAvailable reports whether this build of MLX has its CUDA backend and
 // it sees a device (false on the CPU and Metal builds).
 func CUDAAvailable() (bool, error) {
@@ -14,6 +19,88 @@ func CUDAAvailable() (bool, error) {
 	}
 	RestoreSignals()
 	return bool(ok), nil
+}
+
+var (
+	cudaOnce sync.Once
+	cudaOn   bool
+)
+
+// onCUDAStream reports whether the frame's stream runs on MLX's CUDA backend,
+// where this file's kernels run (asked of MLX once a process).
+func (f *Frame) onCUDAStream() bool {
+	if f.s.IsCPU() {
+		return false
+	}
+	cudaOnce.Do(func() { cudaOn, _ = CUDAAvailable() })
+	return cudaOn
+}
+
+// HeadsRoPE splits a fused q/k/v projection y [..., N, (heads + 2*kvHeads)
+// * headDim] (each token's query heads, then its key heads, then its value
+// heads) into q [N, heads, headDim], k and v [N, kvHeads, headDim], q and
+// k rotated as RoPEOffsets rotates them, each token at its own position
+// (positions [N] int32). On a CUDA stream it is one kernel, its three
+// results one primitive; elsewhere it is MLX ops (views of y and one RoPE
+// over q's and k's heads).
+func (f *Frame) HeadsRoPE(y Array, heads, kvHeads, headDim, dims int, traditional bool, base, scale float32, positions, freqs Array) (q, k, v Array) {
+	if !f.ready("heads_rope", []Array{y, positions}) {
+		return
+	}
+	if f.onCUDAStream() {
+		out := f.vec("heads_rope", func(r *C.mlx_vector_array) C.int {
+			b := C.mlx_optional_float{value: C.float(base), has_value: C.bool(!freqs.Valid())}
+			return C.mlx_cuda_heads_rope(r, y.c, C.int(heads), C.int(kvHeads), C.int(headDim), C.int(dims), C.bool(traditional),
+				b, C.float(scale), positions.c, freqs.c, f.s.c)
+		}, 3)
+		return out[0], out[1], out[2]
+	}
+	return f.headsRoPEOps(y, heads, kvHeads, headDim, dims, traditional, base, scale, positions, freqs)
+}
+
+// headsRoPEOps is HeadsRoPE through MLX ops, on any stream.
+func (f *Frame) headsRoPEOps(y Array, heads, kvHeads, headDim, dims int, traditional bool, base, scale float32, positions, freqs Array) (q, k, v Array) {
+	N := positions.Dim(0)
+	t := f.Reshape(y, N, heads+2*kvHeads, 1, headDim)
+	part := func(lo, n int) Array { return f.Slice(t, []int{0, lo, 0, 0}, []int{N, lo + n, 1, headDim}) }
+	flat := func(a Array, n int) Array { return f.Reshape(a, N, n, headDim) }
+	rope := func(a Array) Array { return f.RoPEOffsets(a, dims, traditional, base, scale, positions, freqs) }
+	v = flat(part(heads+kvHeads, kvHeads), kvHeads)
+	if N > 1 {
+		return flat(rope(part(0, heads)), heads), flat(rope(part(heads, kvHeads)), kvHeads), v
+	}
+	// One token: one rotation over q's and k's heads together (a kernel
+	// fewer), whose views of them stay contiguous.
+	qk := flat(rope(part(0, heads+kvHeads)), heads+kvHeads)
+	q = f.Slice(qk, []int{0, 0, 0}, []int{1, heads, headDim})
+	k = f.Slice(qk, []int{0, heads, 0}, []int{1, heads + kvHeads, headDim})
+	return q, k, v
+}
+
+// SwiGLUHalves is SwiGLU(x[..., :F], x[..., F:]) for x [..., 2F] (a fused
+// gate/up projection's output): on a CUDA stream one kernel, elsewhere
+// two views and SwiGLU.
+func (f *Frame) SwiGLUHalves(x Array) Array {
+	if f.onCUDAStream() {
+		return f.op("swiglu_halves", func(r *C.mlx_array) C.int { return C.mlx_cuda_swiglu_halves(r, x.c, f.s.c) }, x)
+	}
+	return f.swigluHalvesOps(x)
+}
+
+// swigluHalvesOps is SwiGLUHalves through MLX ops, on any stream.
+func (f *Frame) swigluHalvesOps(x Array) Array {
+	if !f.ready("swiglu_halves", []Array{x}) {
+		return Array{}
+	}
+	shape := x.Shape()
+	last := len(shape) - 1
+	half := shape[last] / 2
+	lo, hi := make([]int, len(shape)), slices.Clone(shape)
+	hi[last] = half
+	g := f.Slice(x, lo, hi)
+	lo, hi = make([]int, len(shape)), slices.Clone(shape)
+	lo[last] = half
+	return f.SwiGLU(g, f.Slice(x, lo, hi))
 }
 
 // PagedDecode is one layer's attention of P single-token queries q [P, H,

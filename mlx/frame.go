@@ -89,14 +89,8 @@ func (f *Frame) Track(a Array) Array {
 }
 
 func (f *Frame) op(name string, call func(res *C.mlx_array) C.int, inputs ...Array) Array {
-	if f.err != nil {
+	if !f.ready(name, inputs) {
 		return Array{}
-	}
-	for _, in := range inputs {
-		if !in.Valid() {
-			f.err = fmt.Errorf("%s: %w", name, ErrEmpty)
-			return Array{}
-		}
 	}
 	var res C.mlx_array
 	var ok bool
@@ -121,6 +115,45 @@ func (f *Frame) op(name string, call func(res *C.mlx_array) C.int, inputs ...Arr
 	}
 	f.owned = append(f.owned, res)
 	return Array{res}
+}
+
+// ready reports whether an op can run: the frame has not failed and
+// every input is an array (else the frame fails with ErrEmpty).
+func (f *Frame) ready(name string, inputs []Array) bool {
+	if f.err != nil {
+		return false
+	}
+	for _, in := range inputs {
+		if !in.Valid() {
+			f.err = fmt.Errorf("%s: %w", name, ErrEmpty)
+			return false
+		}
+	}
+	return true
+}
+
+// vec is op for a call that makes n arrays.
+func (f *Frame) vec(name string, call func(res *C.mlx_vector_array) C.int, n int, inputs ...Array) []Array {
+	out := make([]Array, n)
+	if !f.ready(name, inputs) {
+		return out
+	}
+	v := C.mlx_vector_array_new()
+	defer C.mlx_vector_array_free(v)
+	if err := check(name, call(&v)); err != nil {
+		f.err = err
+		return out
+	}
+	if got := int(C.mlx_vector_array_size(v)); got != n {
+		f.err = fmt.Errorf("%s: %d results, want %d", name, got, n)
+		return out
+	}
+	for i := range out {
+		res := C.mlx_array_new()
+		C.mlx_vector_array_get(&res, v, C.size_t(i))
+		out[i] = f.Track(Array{res})
+	}
+	return out
 }
 
 // callNested runs an op's call made inside another op's call, with a
@@ -410,22 +443,7 @@ func (f *Frame) Concatenate(axis int, arrays ...Array) Array {
 
 // Split cuts a into n equal parts along axis.
 func (f *Frame) Split(a Array, n, axis int) []Array {
-	if f.err != nil {
-		return make([]Array, n)
-	}
-	v := C.mlx_vector_array_new()
-	defer C.mlx_vector_array_free(v)
-	if err := check("split", C.mlx_split(&v, a.c, C.int(n), C.int(axis), f.s.c)); err != nil {
-		f.err = err
-		return make([]Array, n)
-	}
-	out := make([]Array, int(C.mlx_vector_array_size(v)))
-	for i := range out {
-		res := C.mlx_array_new()
-		C.mlx_vector_array_get(&res, v, C.size_t(i))
-		out[i] = f.Track(Array{res})
-	}
-	return out
+	return f.vec("split", func(r *C.mlx_vector_array) C.int { return C.mlx_split(r, a.c, C.int(n), C.int(axis), f.s.c) }, n, a)
 }
 
 // Slice takes a[start:stop] along every axis (stride 1).

@@ -26,7 +26,7 @@ func cudaThread(tb testing.TB) (*Thread, Stream) {
 		if err != nil {
 			tb.Fatal(err)
 		}
-		tb.Skip("NEEDS A CUDA DEVICE: MLX's CUDA backend is not in this build or sees no GPU; the affine matrix-vector kernel is untested here")
+		tb.Skip("NEEDS A CUDA DEVICE: MLX's CUDA backend is not in this build or sees no GPU; this package's CUDA kernels are untested here")
 	}
 	var s Stream
 	th.Do(func() { s, err = GPU() })

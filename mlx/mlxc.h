@@ -169,6 +169,15 @@ void mlx_cuda_gemv_reload(void);
 int mlx_cuda_paged_decode(mlx_array* res, const mlx_array q, const mlx_array k_pool, const mlx_array v_pool,
                           const mlx_array table, const mlx_array meta, int block, int window, float scale,
                           const mlx_array sinks, int keys, bool split, const mlx_stream s);
+/* extension: a fused q/k/v projection's heads split into q, k and v, q's
+   and k's rotated at each token's position, as one CUDA kernel (see
+   Frame.HeadsRoPE). */
+int mlx_cuda_heads_rope(mlx_vector_array* res, const mlx_array y, int heads, int kv_heads, int head_dim, int dims,
+                        bool traditional, mlx_optional_float base, float scale, const mlx_array positions,
+                        const mlx_array freqs, const mlx_stream s);
+/* extension: silu(x[..., :F]) * x[..., F:] as one CUDA kernel (see
+   Frame.SwiGLUHalves). */
+int mlx_cuda_swiglu_halves(mlx_array* res, const mlx_array x, const mlx_stream s);
 int mlx_tanh(mlx_array* res, const mlx_array a, const mlx_stream s);
 int mlx_erf(mlx_array* res, const mlx_array a, const mlx_stream s);
 int mlx_cos(mlx_array* res, const mlx_array a, const mlx_stream s);

@@ -1186,6 +1186,92 @@ std::vector<mx::array> launch(const mx::fast::CustomKernelFunction& fn, const st
   return out;
 }
 
+// The rotation of a fused q/k/v projection's heads (CUDA, compiled at run
+// time by MLX): y [N, (H + 2 KV) * D] holds each token's H query heads,
+// then its KV key heads, then its KV value heads; q [N, H, D] and k [N, KV,
+// D] are them rotated at the token's position pos[n] (the first DIMS
+// elements of a head, in pairs (j, j + DIMS/2), or (2j, 2j + 1) when
+// TRAD), v [N, KV, D] the values copied. A thread takes one pair of one
+// head of one token (blockIdx.y); the angle is scale * pos * inv_freq in
+// float, inv_freq being 1 / freqs[j] or base^(-j / (DIMS/2)), and the
+// products are float, as MLX's own rotation computes them.
+constexpr const char* kHeadsRope = R"(
+  constexpr int HALF = D / 2;
+  constexpr int RH = DIMS / 2;
+  constexpr int HEADS = H + 2 * KV;
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= HEADS * HALF) {
+    return;
+  }
+  const int n = blockIdx.y;
+  const int hh = t / HALF;
+  const int j = t - hh * HALF;
+  const T* src = y + ((size_t)n * HEADS + hh) * D;
+  T* dst;
+  if (hh < H) {
+    dst = q + ((size_t)n * H + hh) * D;
+  } else if (hh < H + KV) {
+    dst = k + ((size_t)n * KV + hh - H) * D;
+  } else {
+    dst = v + ((size_t)n * KV + hh - H - KV) * D;
+    dst[2 * j] = src[2 * j];
+    dst[2 * j + 1] = src[2 * j + 1];
+    return;
+  }
+  const int a = TRAD ? 2 * j : j;
+  const int b = TRAD ? 2 * j + 1 : j + RH;
+  if (j >= RH) {
+    const int e = TRAD ? 2 * j : DIMS + 2 * (j - RH);
+    dst[e] = src[e];
+    dst[e + 1] = src[e + 1];
+    return;
+  }
+  float inv;
+  if (HAS_FREQS) {
+    inv = 1.0f / freqs[j];
+  } else {
+    inv = exp2f(-(static_cast<float>(j) / static_cast<float>(RH)) * __int_as_float(LOG2_BASE_BITS));
+  }
+  const float theta = (__int_as_float(SCALE_BITS) * static_cast<float>(pos[n])) * inv;
+  const float c = cosf(theta), s = sinf(theta);
+  const float x1 = static_cast<float>(src[a]), x2 = static_cast<float>(src[b]);
+  dst[a] = static_cast<T>(x1 * c - x2 * s);
+  dst[b] = static_cast<T>(x1 * s + x2 * c);
+)";
+
+// SiLU of a fused gate/up projection's first half times its second (CUDA):
+// x [M, 2F] to y [M, F], each in float, one thread an output; row m is
+// blockIdx.y.
+constexpr const char* kSwigluHalves = R"(
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= F) {
+    return;
+  }
+  const size_t m = blockIdx.y;
+  const float g = static_cast<float>(x[m * 2 * F + i]);
+  const float u = static_cast<float>(x[m * 2 * F + F + i]);
+  y[m * F + i] = static_cast<T>(g / (1.0f + expf(-g)) * u);
+)";
+
+// float_bits is a float's bits as an int (a template argument).
+int float_bits(float f) {
+  int b;
+  std::memcpy(&b, &f, sizeof b);
+  return b;
+}
+
+// float_type reports whether the kernels below take d.
+bool float_type(mx::Dtype d) { return d == mx::float16 || d == mx::bfloat16 || d == mx::float32; }
+
+// cuda_stream is s, refused unless it is a CUDA stream.
+const mx::Stream& cuda_stream(const mlx_stream s, const char* op) {
+  const mx::Stream& st = strm(s);
+  if (st.device != mx::Device::gpu || !mx::cu::is_available()) {
+    throw std::invalid_argument(std::string(op) + ": runs only on a CUDA stream");
+  }
+  return st;
+}
+
 }  // namespace
 
 int mlx_cuda_available(bool* res) {
@@ -1232,6 +1318,67 @@ int mlx_cuda_paged_decode(mlx_array* res, const mlx_array q, const mlx_array k_p
   });
 }
 
+int mlx_cuda_heads_rope(mlx_vector_array* res, const mlx_array y, int heads, int kv_heads, int head_dim, int dims,
+                        bool traditional, mlx_optional_float base, float scale, const mlx_array positions,
+                        const mlx_array freqs, const mlx_stream s) {
+  return guard([&] {
+    const mx::Stream& st = cuda_stream(s, "heads_rope");
+    const mx::array& ya = arr(y);
+    const mx::array& pa = arr(positions);
+    const int64_t width = static_cast<int64_t>(heads + 2 * kv_heads) * head_dim;
+    const bool has_freqs = freqs.ctx != nullptr;
+    if (!float_type(ya.dtype()) || heads < 1 || kv_heads < 1 || head_dim < 2 || head_dim % 2 != 0 || dims < 2 ||
+        dims % 2 != 0 || dims > head_dim || ya.ndim() < 1 || ya.shape(-1) != width || pa.ndim() != 1 ||
+        pa.shape(0) < 1 ||
+        static_cast<int64_t>(ya.size()) != pa.shape(0) * width || pa.shape(0) > 65535 ||
+        (has_freqs ? arr(freqs).size() != static_cast<size_t>(dims / 2) : !base.has_value)) {
+      throw std::invalid_argument("heads_rope: needs y [..., N, (heads + 2 kv_heads) * head_dim], N positions, "
+                                  "even dims <= head_dim and freqs of dims/2 or a base");
+    }
+    static auto kernel = mx::fast::cuda_kernel("heads_rope", {"y", "pos", "freqs"}, {"q", "k", "v"}, kHeadsRope, "",
+                                               /*ensure_row_contiguous=*/true);
+    const int N = pa.shape(0), D = head_dim;
+    const int threads = (heads + 2 * kv_heads) * D / 2;
+    const int block = 128;
+    // Without freqs the kernel reads none: one cached zero stands in.
+    mx::array f = has_freqs ? mx::astype(arr(freqs), mx::float32, st) : sink_logits(mlx_array{}, 1, s);
+    auto out = launch(kernel, {ya, mx::astype(pa, mx::int32, st), f}, {{N, heads, D}, {N, kv_heads, D}, {N, kv_heads, D}},
+                      {ya.dtype(), ya.dtype(), ya.dtype()}, {(threads + block - 1) / block * block, N, 1}, {block, 1, 1},
+                      {{"T", ya.dtype()},
+                       {"H", heads},
+                       {"KV", kv_heads},
+                       {"D", D},
+                       {"DIMS", dims},
+                       {"TRAD", traditional},
+                       {"HAS_FREQS", has_freqs},
+                       {"LOG2_BASE_BITS", float_bits(has_freqs ? 0.f : std::log2(base.value))},
+                       {"SCALE_BITS", float_bits(scale)}},
+                      st);
+    vec(*res) = std::move(out);
+  });
+}
+
+int mlx_cuda_swiglu_halves(mlx_array* res, const mlx_array x, const mlx_stream s) {
+  return guard([&] {
+    const mx::Stream& st = cuda_stream(s, "swiglu_halves");
+    const mx::array& xa = arr(x);
+    if (!float_type(xa.dtype()) || xa.ndim() < 1 || xa.shape(-1) < 2 || xa.shape(-1) % 2 != 0 || xa.size() == 0 ||
+        xa.size() / xa.shape(-1) > 65535) {
+      throw std::invalid_argument("swiglu_halves: needs x [..., 2F], at most 65535 rows");
+    }
+    static auto kernel = mx::fast::cuda_kernel("swiglu_halves", {"x"}, {"y"}, kSwigluHalves, "",
+                                               /*ensure_row_contiguous=*/true);
+    const int F = xa.shape(-1) / 2;
+    const int M = static_cast<int>(xa.size() / xa.shape(-1));
+    const int block = 256;
+    mx::Shape shape = xa.shape();
+    shape.back() = F;
+    auto out = launch(kernel, {xa}, {shape}, {xa.dtype()}, {(F + block - 1) / block * block, M, 1}, {block, 1, 1},
+                      {{"T", xa.dtype()}, {"F", F}}, st);
+    set(res, out[0]);
+  });
+}
+
 namespace provider_host {
 
 std::optional<mx::array> cuda_affine_gemv(const mx::array& x, const mx::array& w, const mx::array& scales,
@@ -1241,7 +1388,6 @@ std::optional<mx::array> cuda_affine_gemv(const mx::array& x, const mx::array& w
       scales.dtype() != biases.dtype()) {
     return std::nullopt;
   }
-  auto float_type = [](mx::Dtype d) { return d == mx::float16 || d == mx::bfloat16 || d == mx::float32; };
   const int vals = 128 / bits;
   const int64_t K = x.shape(-1), N = w.shape(0);
   if (!float_type(x.dtype()) || !float_type(scales.dtype()) || K == 0 || K % vals != 0 || group_size < vals ||

@@ -79,8 +79,8 @@ func New(cfg model.Config, w *model.Weights) (*Model, error) {
 		}
 		if l.gateUp = w.Get(p + "mlp.gate_up_proj.weight"); l.gateUp == nil {
 			need = append(need, []bind{{&l.gate, "mlp.gate_proj.weight"}, {&l.up, "mlp.up_proj.weight"}}...)
-		} else if len(l.gateUp.Parts) != 2 {
-			return nil, fmt.Errorf("llama: layer %d: fused gate/up weight of %d parts", i, len(l.gateUp.Parts))
+		} else if len(l.gateUp.Parts) != 2 || l.gateUp.Parts[0] != l.gateUp.Parts[1] {
+			return nil, fmt.Errorf("llama: layer %d: fused gate/up weight of parts %v, want two equal", i, l.gateUp.Parts)
 		}
 		for _, b := range need {
 			if *b.dst, err = get(p + b.name); err != nil {
@@ -125,20 +125,7 @@ func (m *Model) Forward(f *mlx.Frame, b *kvpool.Batch) mlx.Array {
 			x = f.Take(x, b.SampleIndex(), 1)
 		}
 		h = m.rmsNorm(f, x, l.mlpNorm)
-		var g, u mlx.Array
-		if l.gateUp != nil {
-			gu := l.gateUp.LinearParts(f, h)
-			g, u = gu[0], gu[1]
-		} else {
-			g, u = l.gate.Linear(f, h), l.up.Linear(f, h)
-		}
-		var act mlx.Array
-		if c.ReferenceNumerics {
-			act = f.RefSwiGLU(g, u)
-		} else {
-			act = f.SwiGLU(g, u)
-		}
-		x = f.Add(x, l.down.Linear(f, act))
+		x = f.Add(x, l.down.Linear(f, m.swiGLU(f, l, h)))
 	}
 	if !c.ReferenceNumerics {
 		x = f.Take(x, b.SampleIndex(), 1)
@@ -146,6 +133,25 @@ func (m *Model) Forward(f *mlx.Frame, b *kvpool.Batch) mlx.Array {
 	x = m.rmsNorm(f, x, m.norm)
 	logits := m.lmHead.Linear(f, x)
 	return f.AsType(f.Reshape(logits, len(b.LogitRows()), c.Vocab), mlx.Float32)
+}
+
+// swiGLU is the layer's gated activation of h, before the down
+// projection.
+func (m *Model) swiGLU(f *mlx.Frame, l *layer, h mlx.Array) mlx.Array {
+	if l.gateUp != nil && !m.cfg.ReferenceNumerics {
+		return f.SwiGLUHalves(l.gateUp.Linear(f, h))
+	}
+	var g, u mlx.Array
+	if l.gateUp != nil {
+		gu := l.gateUp.LinearParts(f, h)
+		g, u = gu[0], gu[1]
+	} else {
+		g, u = l.gate.Linear(f, h), l.up.Linear(f, h)
+	}
+	if m.cfg.ReferenceNumerics {
+		return f.RefSwiGLU(g, u)
+	}
+	return f.SwiGLU(g, u)
 }
 
 // attention of the step's N tokens; h is [1, N, hidden].
@@ -166,24 +172,19 @@ func (m *Model) attention(f *mlx.Frame, l *layer, li int, h mlx.Array, b *kvpool
 	}
 	flat := func(a mlx.Array, n int) mlx.Array { return f.Reshape(a, N, n, c.HeadDim) }
 	var q, k, v mlx.Array
-	if l.qkv != nil {
-		// One product, laid out as heads (q's, then k's, then v's), and
-		// each projection a view of its heads.
+	switch {
+	case l.qkv != nil && !ref:
+		// One product, laid out as heads (q's, then k's, then v's), split
+		// and rotated in one step (one kernel on CUDA).
+		q, k, v = f.HeadsRoPE(l.qkv.Linear(f, h), c.Heads, c.KVHeads, c.HeadDim, r.Dims, r.Traditional, r.Base, r.Scale, pos, m.freqs)
+	case l.qkv != nil:
 		y := f.Reshape(l.qkv.Linear(f, h), N, c.Heads+2*c.KVHeads, 1, c.HeadDim)
 		part := func(lo, n int) mlx.Array {
 			return f.Slice(y, []int{0, lo, 0, 0}, []int{N, lo + n, 1, c.HeadDim})
 		}
 		v = flat(part(c.Heads+c.KVHeads, c.KVHeads), c.KVHeads)
-		if N == 1 && !ref {
-			// One token: one rotation over q's and k's heads together (a
-			// kernel a layer fewer), whose views of them stay contiguous.
-			qk := flat(rope(part(0, c.Heads+c.KVHeads)), c.Heads+c.KVHeads)
-			q = f.Slice(qk, []int{0, 0, 0}, []int{1, c.Heads, c.HeadDim})
-			k = f.Slice(qk, []int{0, c.Heads, 0}, []int{1, c.Heads + c.KVHeads, c.HeadDim})
-		} else {
-			q, k = flat(rope(part(0, c.Heads)), c.Heads), flat(rope(part(c.Heads, c.KVHeads)), c.KVHeads)
-		}
-	} else {
+		q, k = flat(rope(part(0, c.Heads)), c.Heads), flat(rope(part(c.Heads, c.KVHeads)), c.KVHeads)
+	default:
 		heads := func(w *model.Weight, n int) mlx.Array {
 			return f.Reshape(w.Linear(f, h), N, n, 1, c.HeadDim)
 		}

@@ -114,6 +114,14 @@ def main():
                 cases.append((f"affine_gemv {t} bits={bits} M={m} R={r} U={u}", "kAffineGemv",
                               [("x", t), ("w", "uint32"), ("scales", st), ("biases", st)], [("y", t)],
                               [("T", t), ("BITS", bits), ("G", 64), ("M", m), ("R", r), ("U", u)]))
+    log2_base = 0x41549A78  # log2(10000) as float bits
+    for t in ("float16", "float32", "bfloat16"):
+        for dims, trad, freqs in ((128, False, False), (64, True, False), (128, False, True)):
+            cases.append((f"heads_rope {t} dims={dims} traditional={trad} freqs={freqs}", "kHeadsRope",
+                          [("y", t), ("pos", "int32"), ("freqs", "float32")], [("q", t), ("k", t), ("v", t)],
+                          [("T", t), ("H", 32), ("KV", 8), ("D", 128), ("DIMS", dims), ("TRAD", trad),
+                           ("HAS_FREQS", freqs), ("LOG2_BASE_BITS", log2_base), ("SCALE_BITS", 0x3F800000)]))
+        cases.append((f"swiglu_halves {t}", "kSwigluHalves", [("x", t)], [("y", t)], [("T", t), ("F", 11008)]))
     failed = 0
     for name, body, inputs, outputs, consts in cases:
         rc, log = compile_ptx(nvrtc, name, wrap(source(body), inputs, outputs, consts))
