@@ -6,6 +6,7 @@ package mlx
 import "C"
 
 import (
+	"os"
 	"slices"
 	"sync"
 )
@@ -22,32 +23,42 @@ func CUDAAvailable() (bool, error) {
 }
 
 var (
-	cudaOnce sync.Once
-	cudaOn   bool
+	cudaOnce     sync.Once
+	cudaOn       bool
+	layerKernels bool
 )
 
-// onCUDAStream reports whether the frame's stream runs on MLX's CUDA backend,
-// where this file's kernels run (asked of MLX once a process).
+// onCUDAStream reports whether the frame's stream runs on MLX's CUDA
+// backend, where this file's kernels run (asked of MLX once a process).
 func (f *Frame) onCUDAStream() bool {
 	if f.s.IsCPU() {
 		return false
 	}
-	cudaOnce.Do(func() { cudaOn, _ = CUDAAvailable() })
+	cudaOnce.Do(func() {
+		cudaOn, _ = CUDAAvailable()
+		layerKernels = os.Getenv("PROVIDER_GPU_LAYER_KERNELS") == "1"
+	})
 	return cudaOn
 }
+
+// layerKernelsOn reports whether HeadsRoPE and SwiGLUHalves take their
+// CUDA kernels: on a CUDA stream with PROVIDER_GPU_LAYER_KERNELS=1 (read
+// once), until they have run on a device (TestHeadsRoPECUDA,
+// TestSwiGLUHalvesCUDA).
+func (f *Frame) layerKernelsOn() bool { return f.onCUDAStream() && layerKernels }
 
 // HeadsRoPE splits a fused q/k/v projection y [..., N, (heads + 2*kvHeads)
 // * headDim] (each token's query heads, then its key heads, then its value
 // heads) into q [N, heads, headDim], k and v [N, kvHeads, headDim], q and
 // k rotated as RoPEOffsets rotates them, each token at its own position
-// (positions [N] int32). On a CUDA stream it is one kernel, its three
-// results one primitive; elsewhere it is MLX ops (views of y and one RoPE
-// over q's and k's heads).
+// (positions [N] int32). On a CUDA stream (PROVIDER_GPU_LAYER_KERNELS=1)
+// it is one kernel, its three results one primitive; elsewhere it is MLX
+// ops (views of y and one RoPE over q's and k's heads).
 func (f *Frame) HeadsRoPE(y Array, heads, kvHeads, headDim, dims int, traditional bool, base, scale float32, positions, freqs Array) (q, k, v Array) {
 	if !f.ready("heads_rope", []Array{y, positions}) {
 		return
 	}
-	if f.onCUDAStream() {
+	if f.layerKernelsOn() {
 		out := f.vec("heads_rope", func(r *C.mlx_vector_array) C.int {
 			b := C.mlx_optional_float{value: C.float(base), has_value: C.bool(!freqs.Valid())}
 			return C.mlx_cuda_heads_rope(r, y.c, C.int(heads), C.int(kvHeads), C.int(headDim), C.int(dims), C.bool(traditional),
@@ -78,10 +89,10 @@ func (f *Frame) headsRoPEOps(y Array, heads, kvHeads, headDim, dims int, traditi
 }
 
 // SwiGLUHalves is SwiGLU(x[..., :F], x[..., F:]) for x [..., 2F] (a fused
-// gate/up projection's output): on a CUDA stream one kernel, elsewhere
-// two views and SwiGLU.
+// gate/up projection's output): on a CUDA stream one kernel
+// (PROVIDER_GPU_LAYER_KERNELS=1), elsewhere two views and SwiGLU.
 func (f *Frame) SwiGLUHalves(x Array) Array {
-	if f.onCUDAStream() {
+	if f.layerKernelsOn() {
 		return f.op("swiglu_halves", func(r *C.mlx_array) C.int { return C.mlx_cuda_swiglu_halves(r, x.c, f.s.c) }, x)
 	}
 	return f.swigluHalvesOps(x)
