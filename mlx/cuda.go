@@ -34,11 +34,13 @@ func (f *Frame) onCUDAStream() bool {
 	if f.s.IsCPU() {
 		return false
 	}
-	cudaOnce.Do(func() {
-		cudaOn, _ = CUDAAvailable()
-		layerKernels = os.Getenv("PROVIDER_GPU_LAYER_KERNELS") == "1"
-	})
+	cudaOnce.Do(cudaInit)
 	return cudaOn
+}
+
+func cudaInit() {
+	cudaOn, _ = CUDAAvailable()
+	layerKernels = os.Getenv("PROVIDER_GPU_LAYER_KERNELS") == "1"
 }
 
 // layerKernelsOn reports whether HeadsRoPE and SwiGLUHalves take their
@@ -46,6 +48,17 @@ func (f *Frame) onCUDAStream() bool {
 // once), until they have run on a device (TestHeadsRoPECUDA,
 // TestSwiGLUHalvesCUDA).
 func (f *Frame) layerKernelsOn() bool { return f.onCUDAStream() && layerKernels }
+
+// SetLayerKernels turns HeadsRoPE's and SwiGLUHalves's CUDA kernels on or
+// off (PROVIDER_GPU_LAYER_KERNELS's setting) and returns the setting before:
+// for tests and benchmarks that compare the two in one process. It must run
+// on the MLX thread.
+func SetLayerKernels(on bool) bool {
+	cudaOnce.Do(cudaInit)
+	old := layerKernels
+	layerKernels = on
+	return old
+}
 
 // HeadsRoPE splits a fused q/k/v projection y [..., N, (heads + 2*kvHeads)
 // * headDim] (each token's query heads, then its key heads, then its value

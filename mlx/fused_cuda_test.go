@@ -9,13 +9,9 @@ import (
 
 // withLayerKernels turns HeadsRoPE's and SwiGLUHalves's kernels on for
 // the test (they are opt-in, PROVIDER_GPU_LAYER_KERNELS=1).
-func withLayerKernels(t *testing.T, s Stream) {
-	if !(&Frame{s: s}).onCUDAStream() {
-		t.Fatal("no CUDA stream")
-	}
-	old := layerKernels
-	layerKernels = true
-	t.Cleanup(func() { layerKernels = old })
+func withLayerKernels(t *testing.T) {
+	old := SetLayerKernels(true)
+	t.Cleanup(func() { SetLayerKernels(old) })
 }
 
 // ropeReference rotates one head's first dims elements of x (float64 on
@@ -47,7 +43,7 @@ func ropeReference(x []float64, dims int, traditional bool, base, scale float64,
 // token and a chunk of five, full and partial rotations, the traditional
 // pairing and explicit frequencies.
 func TestHeadsRoPECUDA(t *testing.T) {
-	onCUDA(t, func(s Stream) { withLayerKernels(t, s); checkHeadsRoPE(t, s, true) })
+	onCUDA(t, func(s Stream) { withLayerKernels(t); checkHeadsRoPE(t, s, true) })
 }
 
 // TestHeadsRoPE is TestHeadsRoPECUDA's check of the MLX-ops path, which
@@ -150,7 +146,7 @@ func checkHeadsRoPE(t *testing.T, s Stream, kernel bool) {
 // (two views and the compiled SwiGLU) on the same GPU stream, against
 // float64 on the host.
 func TestSwiGLUHalvesCUDA(t *testing.T) {
-	onCUDA(t, func(s Stream) { withLayerKernels(t, s); checkSwiGLUHalves(t, s, true) })
+	onCUDA(t, func(s Stream) { withLayerKernels(t); checkSwiGLUHalves(t, s, true) })
 }
 
 // TestSwiGLUHalves is TestSwiGLUHalvesCUDA's check of the MLX-ops path,

@@ -299,7 +299,8 @@ mlxenv)
 	fi
 	;;
 runs)
-	# kvpool's CUDA test (KVPOOL_RUN; and mlx's, MLX_RUN), then named
+	# kvpool's CUDA test (KVPOOL_RUN; and mlx's, MLX_RUN; model/llama's,
+	# LLAMA_RUN, on the checkpoint), then named
 	# decode-step runs, each NAME|SUB-BENCHMARK|STEPS|VAR=VALUE,...|trace|BIN
 	# (the last three may be empty; "trace" records a timeline, cut into
 	# steps; BIN another test binary), each result copied to R as it
@@ -307,6 +308,12 @@ runs)
 	kvpool_test
 	cp "$D/kvpool.txt" "$R/"
 	checkpoint
+	if [ -n "${LLAMA_RUN:-}" ]; then
+		(cd model/llama && PROVIDER_BENCH_MODEL="$CKPT" timeout 240 /tmp/llama.test -test.run "$LLAMA_RUN" -test.v) >"$D/llama.txt" 2>&1
+		echo "llama test: exit $?"
+		grep -E '^(--- |PASS|FAIL|ok)|Error|error|tokens' "$D/llama.txt" | head -20
+		cp "$D/llama.txt" "$R/"
+	fi
 	for spec in $RUNS; do
 		IFS='|' read -r name sub steps setting trace TESTBIN <<<"$spec"
 		setting_vars "$setting"

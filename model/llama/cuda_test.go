@@ -1,0 +1,119 @@
+package llama_test
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"testing"
+
+	"github.com/goprovider/provider/kvpool"
+	"github.com/goprovider/provider/mlx"
+	"github.com/goprovider/provider/model"
+	"github.com/goprovider/provider/model/llama"
+)
+
+// TestLayerKernelsSameTokensCUDA decodes two rows greedily (prompts of 120
+// and 57 tokens, then 12 steps of both) on a GPU with the checkpoint that
+// PROVIDER_BENCH_MODEL names, in its half type with fused projections,
+// once through MLX's ops and once with the layer kernels
+// (mlx.SetLayerKernels: HeadsRoPE, SwiGLUHalves): the tokens must be the
+// same, and the logits of every step close.
+func TestLayerKernelsSameTokensCUDA(t *testing.T) {
+	path := os.Getenv("PROVIDER_BENCH_MODEL")
+	if path == "" {
+		t.Skip("NEEDS PROVIDER_BENCH_MODEL (a Llama checkpoint) and a CUDA device: the layer kernels are untested here")
+	}
+	m, err := model.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	th := mlx.NewThread()
+	defer th.Close()
+	th.Do(func() {
+		if ok, err := mlx.CUDAAvailable(); err != nil || !ok {
+			t.Skipf("NEEDS A CUDA DEVICE (%v): the layer kernels are untested here", err)
+		}
+		s := mlx.DefaultStream()
+		defer s.Free()
+		m.Config.ActDType = m.Config.AcceleratorDType()
+		w, err := m.Upload(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Free()
+		net, err := llama.New(m.Config, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer net.Close()
+		defer mlx.SetLayerKernels(mlx.SetLayerKernels(false))
+		var runs [2]greedyRun
+		for i, on := range []bool{false, true} {
+			mlx.SetLayerKernels(on)
+			runs[i] = decodeGreedy(t, s, m.Config, net, []int{120, 57}, 12)
+		}
+		if !slices.Equal(runs[0].tokens, runs[1].tokens) {
+			t.Errorf("tokens through MLX ops %v, with the layer kernels %v", runs[0].tokens, runs[1].tokens)
+		}
+		worst, scale := 0.0, 0.0
+		for i := range runs[0].logits {
+			worst = math.Max(worst, math.Abs(float64(runs[0].logits[i]-runs[1].logits[i])))
+			scale = math.Max(scale, math.Abs(float64(runs[0].logits[i])))
+		}
+		t.Logf("%d tokens; max |logit difference| %.3g of max |logit| %.3g", len(runs[0].tokens), worst, scale)
+		if worst > 0.05*scale {
+			t.Errorf("logits differ by up to %.3g (max |logit| %.3g)", worst, scale)
+		}
+	})
+}
+
+// greedyRun is what decodeGreedy saw: every row's token of every step,
+// and every step's logits.
+type greedyRun struct {
+	tokens []int32
+	logits []float32
+}
+
+// decodeGreedy prefills one row per prompt length (synthetic tokens),
+// then decodes steps greedy steps of all rows together.
+func decodeGreedy(t *testing.T, s mlx.Stream, cfg model.Config, net *llama.Model, prompts []int, steps int) greedyRun {
+	p, err := kvpool.New(s, cfg.ActDType, model.PoolLayers(cfg), kvpool.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	var run greedyRun
+	rows := make([]kvpool.Row, len(prompts))
+	for r, n := range prompts {
+		toks := make([]int32, n)
+		for i := range toks {
+			toks[i] = int32(100 + (i*7+r)%1000)
+		}
+		rows[r] = kvpool.Row{Seq: p.NewSeq(), Tokens: toks, Sample: true}
+	}
+	for range steps + 1 {
+		f := mlx.NewFrame(s)
+		bt, err := p.Begin(f, rows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		logits := net.Forward(f, bt)
+		ids := f.ToInt32s(f.Argmax(logits, 1, false))
+		run.logits = append(run.logits, f.ToFloat32s(logits)...)
+		if err := f.Err(); err != nil {
+			t.Fatal(fmt.Errorf("step: %w", err))
+		}
+		bt.Commit()
+		f.Free()
+		run.tokens = append(run.tokens, ids...)
+		for r := range rows {
+			rows[r].Tokens = []int32{ids[r]}
+		}
+	}
+	for _, r := range rows {
+		r.Seq.Free()
+	}
+	return run
+}
