@@ -24,35 +24,21 @@ func TestLayerKernelsSameTokensCUDA(t *testing.T) {
 	if path == "" {
 		t.Skip("NEEDS PROVIDER_BENCH_MODEL (a Llama checkpoint) and a CUDA device: the layer kernels are untested here")
 	}
-	m, err := model.Open(path)
-	if err != nil {
-		t.Fatal(err)
+	var err error
+	probe := mlx.NewThread()
+	var ok bool
+	probe.Do(func() { ok, err = mlx.CUDAAvailable() })
+	probe.Close()
+	if err != nil || !ok {
+		t.Skipf("NEEDS A CUDA DEVICE (%v): the layer kernels are untested here", err)
 	}
-	defer m.Close()
-	th := mlx.NewThread()
-	defer th.Close()
-	th.Do(func() {
-		if ok, err := mlx.CUDAAvailable(); err != nil || !ok {
-			t.Skipf("NEEDS A CUDA DEVICE (%v): the layer kernels are untested here", err)
-		}
-		s := mlx.DefaultStream()
-		defer s.Free()
-		m.Config.ActDType = m.Config.AcceleratorDType()
-		w, err := m.Upload(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer w.Free()
-		net, err := llama.New(m.Config, w)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer net.Close()
+	d := loadOnDevice(t, path)
+	d.th.Do(func() {
 		defer mlx.SetLayerKernels(mlx.SetLayerKernels(false))
 		var runs [2]greedyRun
 		for i, on := range []bool{false, true} {
 			mlx.SetLayerKernels(on)
-			runs[i] = decodeGreedy(t, s, m.Config, net, []int{120, 57}, 12)
+			runs[i] = decodeGreedy(t, d.s, d.cfg, d.net, []int{120, 57}, 12)
 		}
 		if !slices.Equal(runs[0].tokens, runs[1].tokens) {
 			t.Errorf("tokens through MLX ops %v, with the layer kernels %v", runs[0].tokens, runs[1].tokens)

@@ -27,38 +27,67 @@ func BenchmarkDecodeStep(b *testing.B) {
 	if path == "" {
 		path = enginetest.SmolLM2()
 	}
-	m, err := model.Open(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer m.Close()
-	th := mlx.NewThread()
-	defer th.Close()
-	var s mlx.Stream
-	var w *model.Weights
-	var net *llama.Model
-	th.Do(func() {
-		s = mlx.DefaultStream()
-		m.Config.ActDType = m.Config.AcceleratorDType()
-		if s.IsCPU() {
-			m.Config.ActDType = mlx.Float32
-		}
-		if w, err = m.Upload(s); err == nil {
-			net, err = llama.New(m.Config, w)
-		}
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer th.Do(func() { net.Close(); w.Free(); s.Free() })
+	d := loadOnDevice(b, path)
+	th := d.th
 	for _, rows := range []int{1, 8} {
 		b.Run(fmt.Sprint("rows", rows), func(b *testing.B) {
-			th.Do(func() { benchDecodeStep(b, s, m.Config, net, rows, w.Bytes(), true) })
+			th.Do(func() { benchDecodeStep(b, d.s, d.cfg, d.net, rows, d.w.Bytes(), true) })
 		})
 	}
 	b.Run("build1", func(b *testing.B) {
-		th.Do(func() { benchDecodeStep(b, s, m.Config, net, 1, w.Bytes(), false) })
+		th.Do(func() { benchDecodeStep(b, d.s, d.cfg, d.net, 1, d.w.Bytes(), false) })
 	})
+}
+
+// onDevice is a Llama checkpoint uploaded to a stream of an MLX thread.
+type onDevice struct {
+	th  *mlx.Thread
+	s   mlx.Stream
+	cfg model.Config
+	w   *model.Weights
+	net *llama.Model
+}
+
+// loadOnDevice opens the checkpoint at path and uploads it, on a new MLX
+// thread, to the default stream in the type serve gives that device (the
+// checkpoint's half type on a GPU, float32 on the CPU); all of it is
+// released when tb ends.
+func loadOnDevice(tb testing.TB, path string) onDevice {
+	tb.Helper()
+	m, err := model.Open(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { m.Close() })
+	th := mlx.NewThread()
+	tb.Cleanup(th.Close)
+	d := onDevice{th: th}
+	th.Do(func() {
+		d.s = mlx.DefaultStream()
+		m.Config.ActDType = m.Config.AcceleratorDType()
+		if d.s.IsCPU() {
+			m.Config.ActDType = mlx.Float32
+		}
+		d.cfg = m.Config
+		if d.w, err = m.Upload(d.s); err == nil {
+			d.net, err = llama.New(m.Config, d.w)
+		}
+	})
+	tb.Cleanup(func() {
+		th.Do(func() {
+			if d.net != nil {
+				d.net.Close()
+			}
+			if d.w != nil {
+				d.w.Free()
+			}
+			d.s.Free()
+		})
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return d
 }
 
 // With HBM_BYTES_PER_S set, a step's time is also reported against the
