@@ -135,12 +135,19 @@ func NewThreadWith(o ThreadOptions) (*Thread, error) {
 	return t, nil
 }
 
-// Do runs fn on the thread and waits for it.
+// Do runs fn on the thread and waits for it. On a thread whose goroutine
+// has exited (a test's t.Fatal inside an earlier Do ends it) it does
+// nothing, so that the test's cleanups fail no further than the test
+// itself did, instead of waiting forever.
 func (t *Thread) Do(fn func()) {
 	finished := make(chan struct{})
-	t.work <- func() {
+	select {
+	case t.work <- func() {
 		defer close(finished)
 		fn()
+	}:
+	case <-t.done:
+		return
 	}
 	<-finished
 }

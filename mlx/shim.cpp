@@ -1194,7 +1194,10 @@ std::vector<mx::array> launch(const mx::fast::CustomKernelFunction& fn, const st
 // TRAD), v [N, KV, D] the values copied. A thread takes one pair of one
 // head of one token (blockIdx.y); the angle is scale * pos * inv_freq in
 // float, inv_freq being 1 / freqs[j] or base^(-j / (DIMS/2)), and the
-// products are float, as MLX's own rotation computes them.
+// products are float, as MLX's own rotation computes them. Its cosine and
+// sine are taken in double: the single-precision functions, under the
+// fast math MLX may compile with, lose digits at the angles of positions
+// in the thousands.
 constexpr const char* kHeadsRope = R"(
   constexpr int HALF = D / 2;
   constexpr int RH = DIMS / 2;
@@ -1233,7 +1236,9 @@ constexpr const char* kHeadsRope = R"(
     inv = exp2f(-(static_cast<float>(j) / static_cast<float>(RH)) * __int_as_float(LOG2_BASE_BITS));
   }
   const float theta = (__int_as_float(SCALE_BITS) * static_cast<float>(pos[n])) * inv;
-  const float c = cosf(theta), s = sinf(theta);
+  double sd, cd;
+  sincos(static_cast<double>(theta), &sd, &cd);
+  const float c = static_cast<float>(cd), s = static_cast<float>(sd);
   const float x1 = static_cast<float>(src[a]), x2 = static_cast<float>(src[b]);
   dst[a] = static_cast<T>(x1 * c - x2 * s);
   dst[b] = static_cast<T>(x1 * s + x2 * c);

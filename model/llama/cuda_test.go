@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"slices"
 	"testing"
 
 	"github.com/goprovider/provider/kvpool"
@@ -17,8 +16,9 @@ import (
 // and 57 tokens, then 12 steps of both) on a GPU with the checkpoint that
 // PROVIDER_BENCH_MODEL names, in its half type with fused projections,
 // once through MLX's ops and once with the layer kernels
-// (mlx.SetLayerKernels: HeadsRoPE, SwiGLUHalves): the tokens must be the
-// same, and the logits of every step close.
+// (mlx.SetLayerKernels: HeadsRoPE, SwiGLUHalves): the logits of every step
+// must be close, and the tokens the same but where two choices all but
+// tie.
 func TestLayerKernelsSameTokensCUDA(t *testing.T) {
 	path := os.Getenv("PROVIDER_BENCH_MODEL")
 	if path == "" {
@@ -36,12 +36,10 @@ func TestLayerKernelsSameTokensCUDA(t *testing.T) {
 	d.th.Do(func() {
 		defer mlx.SetLayerKernels(mlx.SetLayerKernels(false))
 		var runs [2]greedyRun
+		prompts := []int{120, 57}
 		for i, on := range []bool{false, true} {
 			mlx.SetLayerKernels(on)
-			runs[i] = decodeGreedy(t, d.s, d.cfg, d.net, []int{120, 57}, 12)
-		}
-		if !slices.Equal(runs[0].tokens, runs[1].tokens) {
-			t.Errorf("tokens through MLX ops %v, with the layer kernels %v", runs[0].tokens, runs[1].tokens)
+			runs[i] = decodeGreedy(t, d.s, d.cfg, d.net, prompts, 12)
 		}
 		worst, scale := 0.0, 0.0
 		for i := range runs[0].logits {
@@ -51,6 +49,26 @@ func TestLayerKernelsSameTokensCUDA(t *testing.T) {
 		t.Logf("%d tokens; max |logit difference| %.3g of max |logit| %.3g", len(runs[0].tokens), worst, scale)
 		if worst > 0.05*scale {
 			t.Errorf("logits differ by up to %.3g (max |logit| %.3g)", worst, scale)
+		}
+		// A row's tokens must agree until a step whose two choices were
+		// within twice the largest logit difference of each other (random
+		// weights tie often); the row's sequences part there.
+		rows, vocab := len(prompts), d.cfg.Vocab
+		parted := make([]bool, rows)
+		for i, tok := range runs[0].tokens {
+			r := i % rows
+			if parted[r] || tok == runs[1].tokens[i] {
+				continue
+			}
+			logits := runs[0].logits[i*vocab : (i+1)*vocab]
+			gap := float64(logits[tok] - logits[runs[1].tokens[i]])
+			if gap > 2*worst {
+				t.Errorf("step %d, row %d: token %d through MLX ops, %d with the layer kernels, logits %.4g apart (largest difference %.3g)",
+					i/rows, r, tok, runs[1].tokens[i], gap, worst)
+			} else {
+				t.Logf("step %d, row %d: a near tie (%.3g apart) parted the rows: %d and %d", i/rows, r, gap, tok, runs[1].tokens[i])
+			}
+			parted[r] = true
 		}
 	})
 }
