@@ -37,6 +37,11 @@ func BenchmarkDecodeStep(b *testing.B) {
 	b.Run("build1", func(b *testing.B) {
 		th.Do(func() { benchDecodeStep(b, d.s, d.cfg, d.net, 1, d.w.Bytes(), false) })
 	})
+	for _, rows := range []int{1, 8} {
+		b.Run(fmt.Sprint("ahead", rows), func(b *testing.B) {
+			th.Do(func() { benchAheadStep(b, d.s, d.cfg, d.net, rows, d.w.Bytes()) })
+		})
+	}
 }
 
 // onDevice is a Llama checkpoint uploaded to a stream of an MLX thread.
@@ -96,32 +101,8 @@ func loadOnDevice(tb testing.TB, path string) onDevice {
 //
 // Without evaluate, each timed step only builds its graph and drops it.
 func benchDecodeStep(b *testing.B, s mlx.Stream, cfg model.Config, net *llama.Model, rows int, weightBytes int64, evaluate bool) {
-	promptLen := 120
-	if n, err := strconv.Atoi(os.Getenv("PROVIDER_BENCH_PROMPT")); err == nil && n > 0 {
-		promptLen = n
-	}
-	p, err := kvpool.New(s, cfg.ActDType, model.PoolLayers(cfg), kvpool.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	p, seqs, pre := benchPrompts(b, s, cfg, rows)
 	defer p.Close()
-	// PROVIDER_BENCH_POOL_BLOCKS: the pool grown to that many blocks first,
-	// as a server's is once its prefix cache holds many blocks.
-	if n, err := strconv.Atoi(os.Getenv("PROVIDER_BENCH_POOL_BLOCKS")); err == nil && n > 0 {
-		if err := p.Reserve(n); err != nil {
-			b.Fatal(err)
-		}
-	}
-	seqs := make([]*kvpool.Seq, rows)
-	pre := make([]kvpool.Row, rows)
-	for r := range seqs {
-		seqs[r] = p.NewSeq()
-		toks := make([]int32, promptLen+r)
-		for i := range toks {
-			toks[i] = int32(100 + (i*7+r)%1000)
-		}
-		pre[r] = kvpool.Row{Seq: seqs[r], Tokens: toks, Sample: true}
-	}
 	// build lays out a step of rs in f: its batch and its picks (nothing
 	// evaluated).
 	build := func(f *mlx.Frame, rs []kvpool.Row) (*kvpool.Batch, mlx.Array) {
@@ -179,6 +160,111 @@ func benchDecodeStep(b *testing.B, s mlx.Stream, cfg model.Config, net *llama.Mo
 	}
 	if hbm, _ := strconv.ParseFloat(os.Getenv("HBM_BYTES_PER_S"), 64); hbm > 0 {
 		per := time.Since(start).Seconds() / float64(b.N)
+		b.ReportMetric(100*float64(weightBytes)/hbm/per, "%HBM")
+	}
+}
+
+// benchPrompts makes a pool for cfg and rows sequences with their prompt
+// rows (PROVIDER_BENCH_PROMPT tokens, default 120, plus the row's index),
+// nothing run yet. PROVIDER_BENCH_POOL_BLOCKS grows the pool to that many
+// blocks first, as a server's is once its prefix cache holds many blocks.
+func benchPrompts(b *testing.B, s mlx.Stream, cfg model.Config, rows int) (*kvpool.Pool, []*kvpool.Seq, []kvpool.Row) {
+	promptLen := 120
+	if n, err := strconv.Atoi(os.Getenv("PROVIDER_BENCH_PROMPT")); err == nil && n > 0 {
+		promptLen = n
+	}
+	p, err := kvpool.New(s, cfg.ActDType, model.PoolLayers(cfg), kvpool.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if n, err := strconv.Atoi(os.Getenv("PROVIDER_BENCH_POOL_BLOCKS")); err == nil && n > 0 {
+		if err := p.Reserve(n); err != nil {
+			p.Close()
+			b.Fatal(err)
+		}
+	}
+	seqs := make([]*kvpool.Seq, rows)
+	pre := make([]kvpool.Row, rows)
+	for r := range seqs {
+		seqs[r] = p.NewSeq()
+		toks := make([]int32, promptLen+r)
+		for i := range toks {
+			toks[i] = int32(100 + (i*7+r)%1000)
+		}
+		pre[r] = kvpool.Row{Seq: seqs[r], Tokens: toks, Sample: true}
+	}
+	return p, seqs, pre
+}
+
+// benchAheadStep times decode steps of rows built ahead, as the engine
+// builds them with PROVIDER_STEP_AHEAD=1: each step is built from the
+// step before's picks still on the device (kvpool.BeginNext) and queued
+// (AsyncEval) before the host reads those picks, so that the host's
+// building and dispatch of a step overlap the device's running of the one
+// before. A step whose rows' next position starts a block is built after
+// the read instead, as the engine does.
+func benchAheadStep(b *testing.B, s mlx.Stream, cfg model.Config, net *llama.Model, rows int, weightBytes int64) {
+	p, seqs, pre := benchPrompts(b, s, cfg, rows)
+	defer p.Close()
+	type running struct {
+		f   *mlx.Frame
+		bt  *kvpool.Batch
+		ids mlx.Array
+	}
+	// start queues a step of rs (host tokens) and commits it.
+	start := func(rs []kvpool.Row) running {
+		f := mlx.NewFrame(s)
+		bt, err := p.Begin(f, rs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		r := running{f, bt, f.Argmax(net.Forward(f, bt), 1, false)}
+		f.AsyncEval(r.ids)
+		bt.Commit()
+		return r
+	}
+	decode := func(ids []int32) []kvpool.Row {
+		rs := make([]kvpool.Row, rows)
+		for r := range rs {
+			rs[r] = kvpool.Row{Seq: seqs[r], Tokens: []int32{ids[r]}, Sample: true}
+		}
+		return rs
+	}
+	cur := start(pre)
+	read := func(r running) []int32 {
+		ids := r.f.ToInt32s(r.ids)
+		if err := r.f.Err(); err != nil {
+			b.Fatal(err)
+		}
+		r.f.Free()
+		return ids
+	}
+	cur = start(decode(read(cur)))
+	ahead, after := 0, 0
+	b.ResetTimer()
+	begin := time.Now()
+	for range b.N {
+		f := mlx.NewFrame(s)
+		bt, err := p.BeginNext(f, decode(make([]int32, rows)), cur.ids)
+		if err != nil {
+			// The rows' next position starts a block.
+			f.Free()
+			cur = start(decode(read(cur)))
+			after++
+			continue
+		}
+		next := running{f, bt, f.Argmax(net.Forward(f, bt), 1, false)}
+		f.AsyncEval(next.ids)
+		bt.Resolve(read(cur))
+		bt.Commit()
+		cur = next
+		ahead++
+	}
+	read(cur)
+	per := time.Since(begin).Seconds() / float64(b.N)
+	b.ReportMetric(float64(ahead), "ahead")
+	b.ReportMetric(float64(after), "after-read")
+	if hbm, _ := strconv.ParseFloat(os.Getenv("HBM_BYTES_PER_S"), 64); hbm > 0 {
 		b.ReportMetric(100*float64(weightBytes)/hbm/per, "%HBM")
 	}
 }
