@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 )
 
 // CUDAAvailable reports whether this build of MLX has its CUDA backend and
@@ -25,7 +26,7 @@ func CUDAAvailable() (bool, error) {
 var (
 	cudaOnce     sync.Once
 	cudaOn       bool
-	layerKernels bool
+	layerKernels atomic.Bool // model threads read it; a test may set it
 )
 
 // onCUDAStream reports whether the frame's stream runs on MLX's CUDA
@@ -40,24 +41,21 @@ func (f *Frame) onCUDAStream() bool {
 
 func cudaInit() {
 	cudaOn, _ = CUDAAvailable()
-	layerKernels = os.Getenv("PROVIDER_GPU_LAYER_KERNELS") == "1"
+	layerKernels.Store(os.Getenv("PROVIDER_GPU_LAYER_KERNELS") == "1")
 }
 
 // layerKernelsOn reports whether HeadsRoPE and SwiGLUHalves take their
 // CUDA kernels: on a CUDA stream with PROVIDER_GPU_LAYER_KERNELS=1 (read
 // once), until they have run on a device (TestHeadsRoPECUDA,
 // TestSwiGLUHalvesCUDA).
-func (f *Frame) layerKernelsOn() bool { return f.onCUDAStream() && layerKernels }
+func (f *Frame) layerKernelsOn() bool { return f.onCUDAStream() && layerKernels.Load() }
 
 // SetLayerKernels turns HeadsRoPE's and SwiGLUHalves's CUDA kernels on or
 // off (PROVIDER_GPU_LAYER_KERNELS's setting) and returns the setting before:
-// for tests and benchmarks that compare the two in one process. It must run
-// on the MLX thread.
+// for tests and benchmarks that compare the two in one process.
 func SetLayerKernels(on bool) bool {
 	cudaOnce.Do(cudaInit)
-	old := layerKernels
-	layerKernels = on
-	return old
+	return layerKernels.Swap(on)
 }
 
 // HeadsRoPE splits a fused q/k/v projection y [..., N, (heads + 2*kvHeads)

@@ -58,91 +58,89 @@ func TestHeadsRoPE(t *testing.T) {
 }
 
 func checkHeadsRoPE(t *testing.T, s Stream, kernel bool) {
-	{
-		rng := rand.New(rand.NewPCG(7, 8))
-		for _, c := range []struct {
-			heads, kv, d, dims int
-			traditional, freqs bool
-			dtype              Dtype
-			tol                float64
-		}{
-			{32, 8, 128, 128, false, false, Float16, 2e-3},
-			{32, 8, 128, 128, false, true, BFloat16, 1.6e-2},
-			{4, 2, 64, 32, true, false, Float32, 2e-5},
-			{9, 3, 64, 64, false, false, Float32, 2e-5},
-		} {
-			for _, n := range []int{1, 5} {
-				name := fmt.Sprintf("h%d_kv%d_d%d_dims%d_trad%v_freqs%v_%v_n%d", c.heads, c.kv, c.d, c.dims, c.traditional, c.freqs, c.dtype, n)
-				func() {
-					f := NewFrame(s)
-					defer f.Free()
-					width := (c.heads + 2*c.kv) * c.d
-					y := f.AsType(randomRows(f, rng, n, width), c.dtype)
-					y = f.Reshape(y, 1, n, width)
-					pos := make([]int32, n)
-					for i := range pos {
-						pos[i] = int32(rng.IntN(4000))
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, c := range []struct {
+		heads, kv, d, dims int
+		traditional, freqs bool
+		dtype              Dtype
+		tol                float64
+	}{
+		{32, 8, 128, 128, false, false, Float16, 2e-3},
+		{32, 8, 128, 128, false, true, BFloat16, 1.6e-2},
+		{4, 2, 64, 32, true, false, Float32, 2e-5},
+		{9, 3, 64, 64, false, false, Float32, 2e-5},
+	} {
+		for _, n := range []int{1, 5} {
+			name := fmt.Sprintf("h%d_kv%d_d%d_dims%d_trad%v_freqs%v_%v_n%d", c.heads, c.kv, c.d, c.dims, c.traditional, c.freqs, c.dtype, n)
+			func() {
+				f := NewFrame(s)
+				defer f.Free()
+				width := (c.heads + 2*c.kv) * c.d
+				y := f.AsType(randomRows(f, rng, n, width), c.dtype)
+				y = f.Reshape(y, 1, n, width)
+				pos := make([]int32, n)
+				for i := range pos {
+					pos[i] = int32(rng.IntN(4000))
+				}
+				positions := f.Int32s(pos, n)
+				var freqs []float32
+				fa := Array{}
+				if c.freqs {
+					freqs = make([]float32, c.dims/2)
+					for j := range freqs {
+						freqs[j] = float32(math.Pow(10000, 2*float64(j)/float64(c.dims)) * (1 + rng.Float64()))
 					}
-					positions := f.Int32s(pos, n)
-					var freqs []float32
-					fa := Array{}
-					if c.freqs {
-						freqs = make([]float32, c.dims/2)
-						for j := range freqs {
-							freqs[j] = float32(math.Pow(10000, 2*float64(j)/float64(c.dims)) * (1 + rng.Float64()))
-						}
-						fa = f.Float32s(freqs, len(freqs))
-					}
-					if err := f.Eval(y, positions); err != nil {
-						t.Fatalf("%s: %v", name, err)
-					}
-					const base, scale = 10000, 1
-					q, k, v := f.HeadsRoPE(y, c.heads, c.kv, c.d, c.dims, c.traditional, base, scale, positions, fa)
-					counts, err := GraphPrimitives(q)
-					if err != nil {
-						t.Fatalf("%s: %v", name, err)
-					}
-					if one := counts["CustomKernel"] == 1 && len(counts) == 1; one != kernel {
-						t.Fatalf("%s: HeadsRoPE made %v (one custom kernel wanted: %v)", name, counts, kernel)
-					}
-					oq, ok, ov := f.headsRoPEOps(y, c.heads, c.kv, c.d, c.dims, c.traditional, base, scale, positions, fa)
-					ys := f.ToFloat32s(y)
-					got := [][]float32{f.ToFloat32s(q), f.ToFloat32s(k), f.ToFloat32s(v)}
-					ops := [][]float32{f.ToFloat32s(oq), f.ToFloat32s(ok), f.ToFloat32s(ov)}
-					if err := f.Err(); err != nil {
-						t.Fatalf("%s: %v", name, err)
-					}
-					worst, worstOps := 0.0, 0.0
-					for p, part := range []struct{ lo, heads int }{{0, c.heads}, {c.heads, c.kv}, {c.heads + c.kv, c.kv}} {
-						for i := range n {
-							for h := range part.heads {
-								src := make([]float64, c.d)
-								for e := range src {
-									src[e] = float64(ys[(i*(c.heads+2*c.kv)+part.lo+h)*c.d+e])
+					fa = f.Float32s(freqs, len(freqs))
+				}
+				if err := f.Eval(y, positions); err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				const base, scale = 10000, 1
+				q, k, v := f.HeadsRoPE(y, c.heads, c.kv, c.d, c.dims, c.traditional, base, scale, positions, fa)
+				counts, err := GraphPrimitives(q)
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				if one := counts["CustomKernel"] == 1 && len(counts) == 1; one != kernel {
+					t.Fatalf("%s: HeadsRoPE made %v (one custom kernel wanted: %v)", name, counts, kernel)
+				}
+				oq, ok, ov := f.headsRoPEOps(y, c.heads, c.kv, c.d, c.dims, c.traditional, base, scale, positions, fa)
+				ys := f.ToFloat32s(y)
+				got := [][]float32{f.ToFloat32s(q), f.ToFloat32s(k), f.ToFloat32s(v)}
+				ops := [][]float32{f.ToFloat32s(oq), f.ToFloat32s(ok), f.ToFloat32s(ov)}
+				if err := f.Err(); err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				worst, worstOps := 0.0, 0.0
+				for p, part := range []struct{ lo, heads int }{{0, c.heads}, {c.heads, c.kv}, {c.heads + c.kv, c.kv}} {
+					for i := range n {
+						for h := range part.heads {
+							src := make([]float64, c.d)
+							for e := range src {
+								src[e] = float64(ys[(i*(c.heads+2*c.kv)+part.lo+h)*c.d+e])
+							}
+							want, slack := src, make([]float64, c.d)
+							if p < 2 {
+								want, slack = ropeReference(src, c.dims, c.traditional, base, scale, freqs, pos[i])
+							}
+							for e := range c.d {
+								at := (i*part.heads+h)*c.d + e
+								g, o := float64(got[p][at]), float64(ops[p][at])
+								if p == 2 && (g != want[e] || o != want[e]) {
+									t.Fatalf("%s: v[%d, %d, %d] = %v (ops %v), want %v copied", name, i, h, e, g, o, want[e])
 								}
-								want, slack := src, make([]float64, c.d)
-								if p < 2 {
-									want, slack = ropeReference(src, c.dims, c.traditional, base, scale, freqs, pos[i])
+								bound := c.tol*(1+math.Abs(want[e])) + slack[e]
+								if math.Abs(g-want[e]) > bound {
+									t.Fatalf("%s: part %d [%d, %d, %d] = %v, float64 %v", name, p, i, h, e, g, want[e])
 								}
-								for e := range c.d {
-									at := (i*part.heads+h)*c.d + e
-									g, o := float64(got[p][at]), float64(ops[p][at])
-									if p == 2 && (g != want[e] || o != want[e]) {
-										t.Fatalf("%s: v[%d, %d, %d] = %v (ops %v), want %v copied", name, i, h, e, g, o, want[e])
-									}
-									bound := c.tol*(1+math.Abs(want[e])) + slack[e]
-									if math.Abs(g-want[e]) > bound {
-										t.Fatalf("%s: part %d [%d, %d, %d] = %v, float64 %v", name, p, i, h, e, g, want[e])
-									}
-									worst = math.Max(worst, math.Abs(g-want[e]))
-									worstOps = math.Max(worstOps, math.Abs(o-want[e]))
-								}
+								worst = math.Max(worst, math.Abs(g-want[e]))
+								worstOps = math.Max(worstOps, math.Abs(o-want[e]))
 							}
 						}
 					}
-					t.Logf("%s: max |HeadsRoPE - float64| = %.3g, |MLX ops - float64| = %.3g", name, worst, worstOps)
-				}()
-			}
+				}
+				t.Logf("%s: max |HeadsRoPE - float64| = %.3g, |MLX ops - float64| = %.3g", name, worst, worstOps)
+			}()
 		}
 	}
 }
@@ -161,46 +159,44 @@ func TestSwiGLUHalves(t *testing.T) {
 }
 
 func checkSwiGLUHalves(t *testing.T, s Stream, kernel bool) {
-	{
-		rng := rand.New(rand.NewPCG(9, 10))
-		for _, c := range []struct {
-			rows, f int
-			dtype   Dtype
-			tol     float64
-		}{{1, 11008, Float16, 2e-3}, {3, 4099, BFloat16, 1.6e-2}, {8, 1536, Float32, 1e-5}} {
-			name := fmt.Sprintf("rows%d_f%d_%v", c.rows, c.f, c.dtype)
-			f := NewFrame(s)
-			x := f.Reshape(f.AsType(randomRows(f, rng, c.rows, 2*c.f), c.dtype), 1, c.rows, 2*c.f)
-			if err := f.Eval(x); err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-			y := f.SwiGLUHalves(x)
-			counts, err := GraphPrimitives(y)
-			if one := counts["CustomKernel"] == 1 && len(counts) == 1; err != nil || one != kernel {
-				t.Fatalf("%s: SwiGLUHalves made %v (%v; one custom kernel wanted: %v)", name, counts, err, kernel)
-			}
-			if sh := y.Shape(); len(sh) != 3 || sh[2] != c.f {
-				t.Fatalf("%s: shape %v", name, sh)
-			}
-			xs, got, ops := f.ToFloat32s(x), f.ToFloat32s(y), f.ToFloat32s(f.swigluHalvesOps(x))
-			if err := f.Err(); err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-			worst, worstOps := 0.0, 0.0
-			for m := range c.rows {
-				for i := range c.f {
-					g, u := float64(xs[m*2*c.f+i]), float64(xs[m*2*c.f+c.f+i])
-					want := g / (1 + math.Exp(-g)) * u
-					at := m*c.f + i
-					if d := math.Abs(float64(got[at]) - want); d > c.tol*(1+math.Abs(want)) {
-						t.Fatalf("%s: [%d, %d] = %v, float64 %v", name, m, i, got[at], want)
-					}
-					worst = math.Max(worst, math.Abs(float64(got[at])-want))
-					worstOps = math.Max(worstOps, math.Abs(float64(ops[at])-want))
-				}
-			}
-			t.Logf("%s: max |SwiGLUHalves - float64| = %.3g, |MLX ops - float64| = %.3g", name, worst, worstOps)
-			f.Free()
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, c := range []struct {
+		rows, f int
+		dtype   Dtype
+		tol     float64
+	}{{1, 11008, Float16, 2e-3}, {3, 4099, BFloat16, 1.6e-2}, {8, 1536, Float32, 1e-5}} {
+		name := fmt.Sprintf("rows%d_f%d_%v", c.rows, c.f, c.dtype)
+		f := NewFrame(s)
+		x := f.Reshape(f.AsType(randomRows(f, rng, c.rows, 2*c.f), c.dtype), 1, c.rows, 2*c.f)
+		if err := f.Eval(x); err != nil {
+			t.Fatalf("%s: %v", name, err)
 		}
+		y := f.SwiGLUHalves(x)
+		counts, err := GraphPrimitives(y)
+		if one := counts["CustomKernel"] == 1 && len(counts) == 1; err != nil || one != kernel {
+			t.Fatalf("%s: SwiGLUHalves made %v (%v; one custom kernel wanted: %v)", name, counts, err, kernel)
+		}
+		if sh := y.Shape(); len(sh) != 3 || sh[2] != c.f {
+			t.Fatalf("%s: shape %v", name, sh)
+		}
+		xs, got, ops := f.ToFloat32s(x), f.ToFloat32s(y), f.ToFloat32s(f.swigluHalvesOps(x))
+		if err := f.Err(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		worst, worstOps := 0.0, 0.0
+		for m := range c.rows {
+			for i := range c.f {
+				g, u := float64(xs[m*2*c.f+i]), float64(xs[m*2*c.f+c.f+i])
+				want := g / (1 + math.Exp(-g)) * u
+				at := m*c.f + i
+				if d := math.Abs(float64(got[at]) - want); d > c.tol*(1+math.Abs(want)) {
+					t.Fatalf("%s: [%d, %d] = %v, float64 %v", name, m, i, got[at], want)
+				}
+				worst = math.Max(worst, math.Abs(float64(got[at])-want))
+				worstOps = math.Max(worstOps, math.Abs(float64(ops[at])-want))
+			}
+		}
+		t.Logf("%s: max |SwiGLUHalves - float64| = %.3g, |MLX ops - float64| = %.3g", name, worst, worstOps)
+		f.Free()
 	}
 }
