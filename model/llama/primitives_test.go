@@ -21,7 +21,9 @@ import (
 // evaluates (each a kernel launch on a GPU). PROVIDER_BENCH_MODEL names
 // the checkpoint (default SmolLM2), PROVIDER_BENCH_PROMPT the prompt length
 // (default 120). build1 times only the host's building of a one-row
-// step's graph (Begin, Forward and the argmax, nothing evaluated).
+// step's graph (Begin, Forward and the argmax, nothing evaluated); ahead1
+// and ahead8 time steps built ahead of the read of the step before
+// (benchAheadStep).
 func BenchmarkDecodeStep(b *testing.B) {
 	path := os.Getenv("PROVIDER_BENCH_MODEL")
 	if path == "" {
