@@ -164,9 +164,13 @@ for a, b in zip(ahead["levels"], stepped["levels"]):
           f'| {sa["output_throughput"] / sb["output_throughput"]:.2f}x | {sa["tpot"]["p50_ms"]:.2f} | {sb["tpot"]["p50_ms"]:.2f} |')
 EOF
 	fi
-	[ -f "$OUT/sweep-ours/results.json" ] && [ -f "$OUT/sweep-mlx-lm/results.json" ] || exit 0
+	# Ours against mlx-lm: our default run, or the run built ahead where it
+	# ran alone.
+	ours=$OUT/sweep-ours/results.json
+	[ -f "$ours" ] || ours=$OUT/sweep-ours-ahead/results.json
+	[ -f "$ours" ] && [ -f "$OUT/sweep-mlx-lm/results.json" ] || exit 0
 	WEIGHT_BYTES=$(du -cb "$CKPT"/*.safetensors | tail -1 | cut -f1)
-	$PY - "$OUT/sweep-ours/results.json" "$OUT/sweep-mlx-lm/results.json" "$WEIGHT_BYTES" "$HBM_BYTES_PER_S" <<'EOF' | tee "$OUT/summary.txt"
+	$PY - "$ours" "$OUT/sweep-mlx-lm/results.json" "$WEIGHT_BYTES" "$HBM_BYTES_PER_S" <<'EOF' | tee "$OUT/summary.txt"
 import json, sys
 ours, peer = (json.load(open(p))["targets"][0] for p in sys.argv[1:3])
 weight_bytes, hbm = int(sys.argv[3]), float(sys.argv[4])
