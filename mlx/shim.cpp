@@ -895,23 +895,28 @@ std::vector<std::pair<std::string, mx::fast::TemplateArg>> paged_template_args(c
           {"WINDOW", window}, {"SCALE_BITS", scale_bits}, {"U", keys}};
 }
 
+// float_zeros is n float32 zeros on st, made and evaluated once per
+// thread, length and stream: an input a kernel is given but does not read
+// costs no primitive per layer and step.
+mx::array float_zeros(int n, const mx::Stream& st) {
+  thread_local std::map<std::pair<int, int>, mx::array> zeros;
+  auto it = zeros.find({n, st.index});
+  if (it == zeros.end()) {
+    mx::array z = mx::zeros({n}, mx::float32, st);
+    mx::eval(z);
+    it = zeros.emplace(std::make_pair(n, st.index), z).first;
+  }
+  return it->second;
+}
+
 // sink_logits is a head's sink logits [H] as float32, or zeros where there
-// are none (the kernels then read nothing): those are made and evaluated
-// once per thread, head count and stream, not as two primitives per layer
-// and step.
+// are none (the kernels then read nothing).
 mx::array sink_logits(const mlx_array sinks, int heads, const mlx_stream s) {
   const mx::Stream st = strm(s);
   if (sinks.ctx != nullptr) {
     return mx::astype(arr(sinks), mx::float32, st);
   }
-  thread_local std::map<std::pair<int, int>, mx::array> zeros;
-  auto it = zeros.find({heads, st.index});
-  if (it == zeros.end()) {
-    mx::array z = mx::zeros({heads}, mx::float32, st);
-    mx::eval(z);
-    it = zeros.emplace(std::make_pair(heads, st.index), z).first;
-  }
-  return it->second;
+  return float_zeros(heads, st);
 }
 
 // The affine-quantized matrix-vector product of a few rows (CUDA,
@@ -1345,8 +1350,8 @@ int mlx_cuda_heads_rope(mlx_vector_array* res, const mlx_array y, int heads, int
     const int N = pa.shape(0), D = head_dim;
     const int threads = (heads + 2 * kv_heads) * D / 2;
     const int block = 128;
-    // Without freqs the kernel reads none: one cached zero stands in.
-    mx::array f = has_freqs ? mx::astype(arr(freqs), mx::float32, st) : sink_logits(mlx_array{}, 1, s);
+    // Without freqs the kernel reads none.
+    mx::array f = has_freqs ? mx::astype(arr(freqs), mx::float32, st) : float_zeros(1, st);
     auto out = launch(kernel, {ya, mx::astype(pa, mx::int32, st), f}, {{N, heads, D}, {N, kv_heads, D}, {N, kv_heads, D}},
                       {ya.dtype(), ya.dtype(), ya.dtype()}, {(threads + block - 1) / block * block, N, 1}, {block, 1, 1},
                       {{"T", ya.dtype()},
