@@ -7,7 +7,6 @@ import "C"
 
 import (
 	"os"
-	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -114,15 +113,8 @@ func (f *Frame) swigluHalvesOps(x Array) Array {
 	if !f.ready("swiglu_halves", []Array{x}) {
 		return Array{}
 	}
-	shape := x.Shape()
-	last := len(shape) - 1
-	half := shape[last] / 2
-	lo, hi := make([]int, len(shape)), slices.Clone(shape)
-	hi[last] = half
-	g := f.Slice(x, lo, hi)
-	lo, hi = make([]int, len(shape)), slices.Clone(shape)
-	lo[last] = half
-	return f.SwiGLU(g, f.Slice(x, lo, hi))
+	gu := f.Split(x, 2, x.Ndim()-1)
+	return f.SwiGLU(gu[0], gu[1])
 }
 
 // PagedDecode is one layer's attention of P single-token queries q [P, H,
