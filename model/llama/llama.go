@@ -177,19 +177,19 @@ func (m *Model) attention(f *mlx.Frame, l *layer, li int, h mlx.Array, b *kvpool
 		// One product, laid out as heads (q's, then k's, then v's), split
 		// and rotated in one step (one kernel on CUDA).
 		q, k, v = f.HeadsRoPE(l.qkv.Linear(f, h), c.Heads, c.KVHeads, c.HeadDim, r.Dims, r.Traditional, r.Base, r.Scale, pos, m.freqs)
-	case l.qkv != nil:
-		y := f.Reshape(l.qkv.Linear(f, h), N, c.Heads+2*c.KVHeads, 1, c.HeadDim)
-		part := func(lo, n int) mlx.Array {
-			return f.Slice(y, []int{0, lo, 0, 0}, []int{N, lo + n, 1, c.HeadDim})
-		}
-		v = flat(part(c.Heads+c.KVHeads, c.KVHeads), c.KVHeads)
-		q, k = flat(rope(part(0, c.Heads)), c.Heads), flat(rope(part(c.Heads, c.KVHeads)), c.KVHeads)
 	default:
-		heads := func(w *model.Weight, n int) mlx.Array {
-			return f.Reshape(w.Linear(f, h), N, n, 1, c.HeadDim)
+		var yq, yk, yv mlx.Array
+		if l.qkv != nil {
+			// Reference numerics over fused weights: the projection's
+			// parts as views.
+			p := l.qkv.LinearParts(f, h)
+			yq, yk, yv = p[0], p[1], p[2]
+		} else {
+			yq, yk, yv = l.q.Linear(f, h), l.k.Linear(f, h), l.v.Linear(f, h)
 		}
-		q, k = flat(rope(heads(l.q, c.Heads)), c.Heads), flat(rope(heads(l.k, c.KVHeads)), c.KVHeads)
-		v = flat(heads(l.v, c.KVHeads), c.KVHeads)
+		heads := func(y mlx.Array, n int) mlx.Array { return f.Reshape(y, N, n, 1, c.HeadDim) }
+		q, k = flat(rope(heads(yq, c.Heads)), c.Heads), flat(rope(heads(yk, c.KVHeads)), c.KVHeads)
+		v = flat(heads(yv, c.KVHeads), c.KVHeads)
 	}
 	var o mlx.Array
 	if c.ReferenceNumerics {
