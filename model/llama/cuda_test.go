@@ -91,11 +91,7 @@ func decodeGreedy(t *testing.T, s mlx.Stream, cfg model.Config, net *llama.Model
 	var run greedyRun
 	rows := make([]kvpool.Row, len(prompts))
 	for r, n := range prompts {
-		toks := make([]int32, n)
-		for i := range toks {
-			toks[i] = int32(100 + (i*7+r)%1000)
-		}
-		rows[r] = kvpool.Row{Seq: p.NewSeq(), Tokens: toks, Sample: true}
+		rows[r] = kvpool.Row{Seq: p.NewSeq(), Tokens: syntheticPrompt(n, r), Sample: true}
 	}
 	for range steps + 1 {
 		f := mlx.NewFrame(s)

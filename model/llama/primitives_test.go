@@ -135,13 +135,7 @@ func benchDecodeStep(b *testing.B, s mlx.Stream, cfg model.Config, net *llama.Mo
 		return ids
 	}
 	ids := step(pre, false)
-	next := func() []kvpool.Row {
-		dec := make([]kvpool.Row, rows)
-		for r := range dec {
-			dec[r] = kvpool.Row{Seq: seqs[r], Tokens: []int32{ids[r]}, Sample: true}
-		}
-		return dec
-	}
+	next := func() []kvpool.Row { return decodeRows(seqs, ids) }
 	ids = step(next(), true)
 	if !evaluate {
 		b.ResetTimer()
@@ -189,13 +183,28 @@ func benchPrompts(b *testing.B, s mlx.Stream, cfg model.Config, rows int) (*kvpo
 	pre := make([]kvpool.Row, rows)
 	for r := range seqs {
 		seqs[r] = p.NewSeq()
-		toks := make([]int32, promptLen+r)
-		for i := range toks {
-			toks[i] = int32(100 + (i*7+r)%1000)
-		}
-		pre[r] = kvpool.Row{Seq: seqs[r], Tokens: toks, Sample: true}
+		pre[r] = kvpool.Row{Seq: seqs[r], Tokens: syntheticPrompt(promptLen+r, r), Sample: true}
 	}
 	return p, seqs, pre
+}
+
+// syntheticPrompt is row r's prompt of n tokens in the step benchmarks and
+// tests: ids that differ by row, within any checkpoint's vocabulary.
+func syntheticPrompt(n, r int) []int32 {
+	toks := make([]int32, n)
+	for i := range toks {
+		toks[i] = int32(100 + (i*7+r)%1000)
+	}
+	return toks
+}
+
+// decodeRows is a decode step's rows: each sequence's next token.
+func decodeRows(seqs []*kvpool.Seq, ids []int32) []kvpool.Row {
+	rs := make([]kvpool.Row, len(seqs))
+	for r, s := range seqs {
+		rs[r] = kvpool.Row{Seq: s, Tokens: []int32{ids[r]}, Sample: true}
+	}
+	return rs
 }
 
 // benchAheadStep times decode steps of rows built ahead, as the engine
@@ -225,13 +234,10 @@ func benchAheadStep(b *testing.B, s mlx.Stream, cfg model.Config, net *llama.Mod
 		bt.Commit()
 		return r
 	}
-	decode := func(ids []int32) []kvpool.Row {
-		rs := make([]kvpool.Row, rows)
-		for r := range rs {
-			rs[r] = kvpool.Row{Seq: seqs[r], Tokens: []int32{ids[r]}, Sample: true}
-		}
-		return rs
-	}
+	decode := func(ids []int32) []kvpool.Row { return decodeRows(seqs, ids) }
+	// A step built ahead takes its tokens from the device (BeginNext
+	// ignores these).
+	ahead := decode(make([]int32, rows))
 	cur := start(pre)
 	read := func(r running) []int32 {
 		ids := r.f.ToInt32s(r.ids)
@@ -242,12 +248,12 @@ func benchAheadStep(b *testing.B, s mlx.Stream, cfg model.Config, net *llama.Mod
 		return ids
 	}
 	cur = start(decode(read(cur)))
-	ahead, after := 0, 0
+	built, after := 0, 0
 	b.ResetTimer()
 	begin := time.Now()
 	for range b.N {
 		f := mlx.NewFrame(s)
-		bt, err := p.BeginNext(f, decode(make([]int32, rows)), cur.ids)
+		bt, err := p.BeginNext(f, ahead, cur.ids)
 		if err != nil {
 			// The rows' next position starts a block.
 			f.Free()
@@ -260,11 +266,11 @@ func benchAheadStep(b *testing.B, s mlx.Stream, cfg model.Config, net *llama.Mod
 		bt.Resolve(read(cur))
 		bt.Commit()
 		cur = next
-		ahead++
+		built++
 	}
 	read(cur)
 	per := time.Since(begin).Seconds() / float64(b.N)
-	b.ReportMetric(float64(ahead), "ahead")
+	b.ReportMetric(float64(built), "ahead")
 	b.ReportMetric(float64(after), "after-read")
 	if hbm, _ := strconv.ParseFloat(os.Getenv("HBM_BYTES_PER_S"), 64); hbm > 0 {
 		b.ReportMetric(100*float64(weightBytes)/hbm/per, "%HBM")
