@@ -108,16 +108,21 @@ steps_of() {
 	python3 scripts/gpu/ksteps.py "$D/trace-$1.txt" --skip "$2" | tee "$D/steps-$1.txt"
 	xz -T0 "$D/trace-$1.txt"
 }
+# cuda_test NAME DIR PATTERN [VAR=VALUE ...]: the carried test binary
+# /tmp/NAME.test in DIR on the tests PATTERN names, its output in
+# $D/NAME.txt and its outcome shown.
+cuda_test() {
+	local name=$1 dir=$2 run=$3
+	shift 3
+	(cd "$dir" && env "$@" timeout 240 "/tmp/$name.test" -test.run "$run" -test.v) >"$D/$name.txt" 2>&1
+	echo "$name test: exit $?"
+	grep -E '^(=== RUN|--- |PASS|FAIL|ok)|Error|error|tokens' "$D/$name.txt" | head -40
+}
 # kvpool_test: kvpool's CUDA test (KVPOOL_RUN, default the paged kernel's),
 # then, where MLX_RUN names tests, mlx's.
 kvpool_test() {
-	(cd kvpool && timeout 240 /tmp/kvpool.test -test.run "${KVPOOL_RUN:-TestAttendPagedCUDA}" -test.v) >"$D/kvpool.txt" 2>&1
-	echo "kvpool test: exit $?"
-	grep -E '^(=== RUN|--- |PASS|FAIL|ok)|Error|error' "$D/kvpool.txt" | head -40
-	[ -n "${MLX_RUN:-}" ] || return 0
-	(cd mlx && timeout 240 /tmp/mlx.test -test.run "$MLX_RUN" -test.v) >"$D/mlx.txt" 2>&1
-	echo "mlx test: exit $?"
-	grep -E '^(--- |PASS|FAIL|ok)|Error|error' "$D/mlx.txt" | head -20
+	cuda_test kvpool kvpool "${KVPOOL_RUN:-TestAttendPagedCUDA}"
+	[ -z "${MLX_RUN:-}" ] || cuda_test mlx mlx "$MLX_RUN"
 }
 # step_metrics PORT: our server's step counters, labels dropped, sorted.
 step_metrics() {
@@ -309,9 +314,7 @@ runs)
 	cp "$D/kvpool.txt" "$R/"
 	checkpoint
 	if [ -n "${LLAMA_RUN:-}" ]; then
-		(cd model/llama && PROVIDER_BENCH_MODEL="$CKPT" timeout 240 /tmp/llama.test -test.run "$LLAMA_RUN" -test.v) >"$D/llama.txt" 2>&1
-		echo "llama test: exit $?"
-		grep -E '^(--- |PASS|FAIL|ok)|Error|error|tokens' "$D/llama.txt" | head -20
+		cuda_test llama model/llama "$LLAMA_RUN" PROVIDER_BENCH_MODEL="$CKPT"
 		cp "$D/llama.txt" "$R/"
 	fi
 	for spec in $RUNS; do
