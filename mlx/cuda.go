@@ -144,6 +144,12 @@ func (f *Frame) PagedDecode(q, kPool, vPool, table, meta Array, block, window in
 	}, q, kPool, vPool, table, meta)
 }
 
+// SetAffineMMA turns the affine tensor-core kernel (PROVIDER_GPU_QMMA) on
+// or off for AffineLinear's next products on a CUDA stream and returns the
+// setting before: for tests and benchmarks that compare it with the other
+// products in one process. Without a CUDA device it stays off.
+func SetAffineMMA(on bool) bool { return bool(C.mlx_cuda_set_qmma(C.bool(on))) }
+
 // reloadGemvEnv makes the next affine product read PROVIDER_GPU_QMV and
 // PROVIDER_GPU_QMV_ROWS again (they are read once otherwise): for tests
 // and benchmarks that change them between products.

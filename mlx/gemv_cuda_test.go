@@ -59,8 +59,9 @@ func setGemvEnv(tb testing.TB, key, value string) {
 }
 
 // affineReference is x @ dequantize(w).T in float64 on the host, from the
-// packed values and the scales and biases as the device holds them.
-func affineReference(f *Frame, x, w, scales, biases Array, n, k, group, bits int) (ref, mag []float64) {
+// packed values and the scales and biases as the device holds them; round,
+// unless nil, rounds each dequantized weight s * q + b.
+func affineReference(f *Frame, x, w, scales, biases Array, n, k, group, bits int, round func(float64) float64) (ref, mag []float64) {
 	xs := f.ToFloat32s(x)
 	raw := f.ToBytes(w)
 	sc := f.ToFloat32s(scales)
@@ -77,6 +78,9 @@ func affineReference(f *Frame, x, w, scales, biases Array, n, k, group, bits int
 			q := float64(word >> (bits * (i % per)) & mask)
 			g := j*(k/group) + i/group
 			wv := float64(sc[g])*q + float64(bi[g])
+			if round != nil {
+				wv = round(wv)
+			}
 			for r := range m {
 				p := float64(xs[r*k+i]) * wv
 				ref[r*n+j] += p
@@ -128,9 +132,10 @@ func TestAffineGemvCUDA(t *testing.T) {
 				if err := errors.Join(cf.Eval(w, sc, bi), f.Eval(x, xOff)); err != nil {
 					t.Fatalf("%s: %v", name, err)
 				}
-				ref, mag := affineReference(f, x, w, sc, bi, c.n, c.k, c.group, c.bits)
-				refOff, magOff := affineReference(f, xOff, w, sc, bi, c.n, c.k, c.group, c.bits)
+				ref, mag := affineReference(f, x, w, sc, bi, c.n, c.k, c.group, c.bits, nil)
+				refOff, magOff := affineReference(f, xOff, w, sc, bi, c.n, c.k, c.group, c.bits, nil)
 				run := func(x Array, m int, shape string) []float32 {
+					setGemvEnv(t, "PROVIDER_GPU_QMMA", "0")
 					setGemvEnv(t, "PROVIDER_GPU_QMV", shape)
 					setGemvEnv(t, "PROVIDER_GPU_QMV_ROWS", "8")
 					y := f.AffineLinear(f.Slice(x, []int{0, 0}, []int{m, c.k}), w, sc, bi, c.group, c.bits)
@@ -197,13 +202,16 @@ func TestAffineGemvCUDA(t *testing.T) {
 
 // BenchmarkAffineGemvCUDA times x @ dequantize(w).T for the matrix shapes
 // of a Llama-2-7B decode step (and the fused q/k/v and gate/up shapes) at
-// 1, 2, 4 and 8 rows (the kernel takes them all here), through the
-// project's kernel and through MLX's quantized matmul (PROVIDER_GPU_QMV=0).
+// 1 to 32 rows (the kernels take up to 8 and 32 rows here), through the
+// project's kernels and through MLX's quantized matmul (PROVIDER_GPU_QMV=0):
+// qmv1 is the matrix-vector kernel, qmma1 the tensor-core kernel
+// (PROVIDER_GPU_QMMA=1).
 // Each evaluation runs one product on each of enough distinct matrices to
 // exceed the GPU's L2 cache, so the weights stream from device memory as
 // in a step. It reports the weights' bytes a second and, with
 // HBM_BYTES_PER_S set, that as a share of the bound.
-// PROVIDER_BENCH_QMV_SHAPES adds work shapes (R:U:W, space-separated).
+// PROVIDER_BENCH_QMV_SHAPES adds work shapes (space-separated: R:U:W for
+// the matrix-vector kernel, mmaW:U for the tensor-core kernel).
 //
 // The products of one evaluation do not depend on each other, so MLX's
 // CUDA graphs may run them side by side: the figures are a throughput,
@@ -212,7 +220,7 @@ func TestAffineGemvCUDA(t *testing.T) {
 // traced step on an H200). scripts/gpu/session.sh qmvtrace times one
 // product on the device.
 func BenchmarkAffineGemvCUDA(b *testing.B) {
-	shapes := []string{"0", "1"}
+	shapes := []string{"0", "1", "mma1"}
 	if v := os.Getenv("PROVIDER_BENCH_QMV_SHAPES"); v != "" {
 		shapes = append(shapes, strings.Fields(v)...)
 	}
@@ -255,7 +263,7 @@ func benchAffineGemv(b *testing.B, th *Thread, s Stream, n, k int, shapes []stri
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, m := range []int{1, 2, 4, 8} {
+	for _, m := range []int{1, 2, 4, 8, 16, 32} {
 		var x Array
 		th.Do(func() {
 			x = f.RandomNormal(Float16, 0, 1, f.RandomKey(99), m, k)
@@ -265,9 +273,18 @@ func benchAffineGemv(b *testing.B, th *Thread, s Stream, n, k int, shapes []stri
 			b.Fatal(err)
 		}
 		for _, shape := range shapes {
-			b.Run(fmt.Sprintf("n%d_k%d/rows%d/qmv%s", n, k, m, shape), func(b *testing.B) {
-				setGemvEnv(b, "PROVIDER_GPU_QMV", shape)
+			if m > 8 && shape != "0" && !strings.HasPrefix(shape, "mma") {
+				continue // the matrix-vector kernel takes at most 8 rows
+			}
+			qmv, qmma, name := shape, "0", "qmv"+shape
+			if v, ok := strings.CutPrefix(shape, "mma"); ok {
+				qmv, qmma, name = "0", v, "qmma"+v
+			}
+			b.Run(fmt.Sprintf("n%d_k%d/rows%d/%s", n, k, m, name), func(b *testing.B) {
+				setGemvEnv(b, "PROVIDER_GPU_QMV", qmv)
+				setGemvEnv(b, "PROVIDER_GPU_QMMA", qmma)
 				setGemvEnv(b, "PROVIDER_GPU_QMV_ROWS", "8")
+				setGemvEnv(b, "PROVIDER_GPU_QMMA_ROWS", "32")
 				step := func() error {
 					inner := NewFrame(s)
 					defer inner.Free()

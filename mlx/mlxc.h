@@ -163,6 +163,10 @@ int mlx_cuda_available(bool* res);
    PROVIDER_GPU_QMV_ROWS), read once from the environment, is read again
    at the next product. */
 void mlx_cuda_gemv_reload(void);
+/* extension: turns the affine tensor-core kernel on or off (what
+   PROVIDER_GPU_QMMA set) until the setting is read again; returns the
+   setting before. */
+bool mlx_cuda_set_qmma(bool on);
 /* extension: one layer's attention of single-token queries over a paged KV
    pool, as a CUDA kernel, or split at each row's blocks and merged (see
    Frame.PagedDecode). */

@@ -1066,6 +1066,195 @@ constexpr const char* kAffineGemv = R"(
   }
 )";
 
+// The affine-quantized product of a few rows on the tensor cores (CUDA,
+// compiled at run time by MLX): y [M, N] = x [M, K] @ dequantize(w).T for
+// 4-bit weights, x and the scales and biases float16 (BF16 false) or
+// bfloat16 (BF16 true), groups a multiple of 32, K a multiple of 128. A
+// block takes 16 outputs; its W warps split K's chunks of 128 values, U
+// chunks a warp in flight, and sum their parts in a fixed order. Each warp
+// runs mma.m16n8k16 with the weights as A (16 outputs by 16 values) and x
+// as B (16 values by 8 rows), so one read of the weights serves every row:
+// NT tiles of 8 rows, each its own products. Lane (g, t) of a warp (g =
+// lane / 4, t = lane % 4) takes the 32 values 32t .. 32t + 31 of a chunk,
+// one 16-byte word of output rows g and g + 8, and the same 32 values of x
+// for row g of each tile. Within a product the order of the 16 values does
+// not matter as long as A and B agree: so each 32-bit word of weights (8
+// values, low bits first) becomes four pairs (q_i, q_i+4) through a mask
+// and an exponent (0x6400 | q is 1024 + q in float16, 0x4300 | q is 128 +
+// q in bfloat16), each s * q + b by two fused multiply-adds (the first
+// takes the exponent's offset away exactly), and x's eight values are
+// paired the same way by byte permutes. Products accumulate in float32.
+// Each of a tile's 8 rows is its own column of the products, so a row's
+// floats do not depend on how many rows the call has.
+constexpr const char* kAffineMma = R"(
+  constexpr int NT = (M + 7) / 8;
+  constexpr unsigned MAGIC = BF16 ? 0x43004300u : 0x64006400u;
+  constexpr unsigned ONE = BF16 ? 0x3F803F80u : 0x3C003C00u;
+  constexpr unsigned NEG_MAGIC = BF16 ? 0xC300C300u : 0xE400E400u;
+  const int N = w_shape[0];
+  const int K = w_shape[1] * 8;
+  const int chunks = K / 128;
+  const int groups = K / G;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int g = lane >> 2;
+  const int t = lane & 3;
+  const int n0 = blockIdx.x * 16;
+  const size_t ra = min(n0 + g, N - 1);
+  const size_t rb = min(n0 + g + 8, N - 1);
+  const uint4* wq = reinterpret_cast<const uint4*>(w);
+  const unsigned short* sp = reinterpret_cast<const unsigned short*>(scales);
+  const unsigned short* bp = reinterpret_cast<const unsigned short*>(biases);
+  const unsigned short* xp = reinterpret_cast<const unsigned short*>(x);
+  const bool xaligned = (reinterpret_cast<size_t>(x) & 15) == 0;
+  const int per = (chunks + W - 1) / W;
+  const int cb = warp * per;
+  const int ce = min(chunks, cb + per);
+  // dq is s * q + b for the two values of v (MAGIC | q each), s and b
+  // each a pair of one scale or bias.
+  auto dq = [](unsigned v, unsigned s, unsigned b) {
+    const unsigned one = ONE, neg = NEG_MAGIC;
+    unsigned q, r;
+    if constexpr (BF16) {
+      asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(q) : "r"(v), "r"(one), "r"(neg));
+      asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(q), "r"(s), "r"(b));
+    } else {
+      asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(q) : "r"(v), "r"(one), "r"(neg));
+      asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(q), "r"(s), "r"(b));
+    }
+    return r;
+  };
+  float acc[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; j++) {
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      acc[j][e] = 0.f;
+    }
+  }
+  for (int c0 = cb; c0 < ce; c0 += U) {
+    uint4 wa[U], wb[U];
+    unsigned sa[U], sb[U], ba[U], bb[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const int c = c0 + u;
+      if (c < ce) {
+        wa[u] = __ldg(wq + ra * chunks + c);
+        wb[u] = __ldg(wq + rb * chunks + c);
+        const int gi = (c * 128 + 32 * t) / G;
+        const unsigned s0 = __ldg(sp + ra * groups + gi), s1 = __ldg(sp + rb * groups + gi);
+        const unsigned b0 = __ldg(bp + ra * groups + gi), b1 = __ldg(bp + rb * groups + gi);
+        sa[u] = s0 | (s0 << 16);
+        sb[u] = s1 | (s1 << 16);
+        ba[u] = b0 | (b0 << 16);
+        bb[u] = b1 | (b1 << 16);
+      } else {
+        wa[u] = wb[u] = make_uint4(0, 0, 0, 0);
+        sa[u] = sb[u] = ba[u] = bb[u] = 0;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const int c = c0 + u;
+      if (c >= ce) {
+        break;
+      }
+      uint4 xv[NT][4];
+#pragma unroll
+      for (int j = 0; j < NT; j++) {
+        const int m = 8 * j + g;
+        const size_t off = (size_t)m * K + (size_t)c * 128 + 32 * t;
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+          if (m >= M) {
+            xv[j][q] = make_uint4(0, 0, 0, 0);
+          } else if (xaligned) {
+            xv[j][q] = __ldg(reinterpret_cast<const uint4*>(xp + off) + q);
+          } else {
+            const unsigned short* e = xp + off + 8 * q;
+            xv[j][q] = make_uint4(e[0] | ((unsigned)e[1] << 16), e[2] | ((unsigned)e[3] << 16),
+                                  e[4] | ((unsigned)e[5] << 16), e[6] | ((unsigned)e[7] << 16));
+          }
+        }
+      }
+#pragma unroll
+      for (int q = 0; q < 4; q++) {
+        const unsigned qa = q == 0 ? wa[u].x : q == 1 ? wa[u].y : q == 2 ? wa[u].z : wa[u].w;
+        const unsigned qb = q == 0 ? wb[u].x : q == 1 ? wb[u].y : q == 2 ? wb[u].z : wb[u].w;
+        unsigned pa[4], pb[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+          pa[i] = dq(((qa >> (4 * i)) & 0x000F000Fu) | MAGIC, sa[u], ba[u]);
+          pb[i] = dq(((qb >> (4 * i)) & 0x000F000Fu) | MAGIC, sb[u], bb[u]);
+        }
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+          const uint4 xw = xv[j][q];
+          const unsigned x04 = __byte_perm(xw.x, xw.z, 0x5410), x15 = __byte_perm(xw.x, xw.z, 0x7632);
+          const unsigned x26 = __byte_perm(xw.y, xw.w, 0x5410), x37 = __byte_perm(xw.y, xw.w, 0x7632);
+          if constexpr (BF16) {
+            asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                "{%0, %1, %2, %3};"
+                : "+f"(acc[j][0]), "+f"(acc[j][1]), "+f"(acc[j][2]), "+f"(acc[j][3])
+                : "r"(pa[0]), "r"(pb[0]), "r"(pa[1]), "r"(pb[1]), "r"(x04), "r"(x15));
+            asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                "{%0, %1, %2, %3};"
+                : "+f"(acc[j][0]), "+f"(acc[j][1]), "+f"(acc[j][2]), "+f"(acc[j][3])
+                : "r"(pa[2]), "r"(pb[2]), "r"(pa[3]), "r"(pb[3]), "r"(x26), "r"(x37));
+          } else {
+            asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                "{%0, %1, %2, %3};"
+                : "+f"(acc[j][0]), "+f"(acc[j][1]), "+f"(acc[j][2]), "+f"(acc[j][3])
+                : "r"(pa[0]), "r"(pb[0]), "r"(pa[1]), "r"(pb[1]), "r"(x04), "r"(x15));
+            asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                "{%0, %1, %2, %3};"
+                : "+f"(acc[j][0]), "+f"(acc[j][1]), "+f"(acc[j][2]), "+f"(acc[j][3])
+                : "r"(pa[2]), "r"(pb[2]), "r"(pa[3]), "r"(pb[3]), "r"(x26), "r"(x37));
+          }
+        }
+      }
+    }
+  }
+  // The warps' parts, summed by warp 0 in warp order. A product's lane
+  // (g, t) holds outputs g and g + 8 of rows 2t and 2t + 1 of its tile.
+  if (W > 1) {
+    __shared__ float part[(W > 1 ? W - 1 : 1) * NT * 4 * 32];
+    if (warp > 0) {
+#pragma unroll
+      for (int j = 0; j < NT; j++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          part[(((warp - 1) * NT + j) * 4 + e) * 32 + lane] = acc[j][e];
+        }
+      }
+    }
+    __syncthreads();
+    if (warp > 0) {
+      return;
+    }
+    for (int v = 0; v < W - 1; v++) {
+#pragma unroll
+      for (int j = 0; j < NT; j++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          acc[j][e] += part[((v * NT + j) * 4 + e) * 32 + lane];
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < NT; j++) {
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const int m = 8 * j + 2 * t + (e & 1);
+      const int n = n0 + g + 8 * (e >> 1);
+      if (m < M && n < N) {
+        y[(size_t)m * N + n] = static_cast<T>(acc[j][e]);
+      }
+    }
+  }
+)";
+
 // GemvShape is how the affine matrix-vector kernel splits its work: R
 // output rows a warp, U chunks a lane loads before using them, W warps a
 // block of threads; and the most rows of x it takes (Rows, at most 8),
@@ -1074,11 +1263,22 @@ struct GemvShape {
   int R = 2, U = 4, W = 4, Rows = 4;
 };
 
-// GemvConfig is the kernel's setting: on (with its shape) or off, or an
-// error that each product reports (a malformed environment).
+// MmaShape is how the tensor-core kernel splits its work: W warps a block
+// (splitting K), U chunks a warp loads before using them; and the most
+// rows of x it takes (Rows, at most 32), beyond which the kernels above
+// or MLX's quantized matmul run.
+struct MmaShape {
+  int W = 4, U = 4, Rows = 8;
+};
+
+// GemvConfig is the kernels' setting: the matrix-vector kernel on (with
+// its shape) or off, the tensor-core kernel on (with its shape) or off, or
+// an error that each product reports (a malformed environment).
 struct GemvConfig {
   bool on = true;
   GemvShape shape;
+  bool mma = false;
+  MmaShape mma_shape;
   const char* error = nullptr;
 };
 
@@ -1086,7 +1286,11 @@ struct GemvConfig {
 // shape, 0 for MLX's own quantized matmul, R:U:W for another shape
 // (benchmarks); and PROVIDER_GPU_QMV_ROWS, the most rows the kernel takes
 // (default 4: on an H100 it beats MLX's kernels at 1, 2 and 4 rows and
-// loses at 8). Without a CUDA device it is off.
+// loses at 8). PROVIDER_GPU_QMMA: unset or 0 leaves the tensor-core kernel
+// off, 1 turns it on with the default shape, W:U with another;
+// PROVIDER_GPU_QMMA_ROWS is the most rows it takes (default 8). It is
+// opt-in until TestAffineMmaCUDA has passed on a device. Without a CUDA
+// device both are off.
 GemvConfig read_gemv_config() {
   GemvConfig c;
   GemvShape& g = c.shape;
@@ -1104,7 +1308,23 @@ GemvConfig read_gemv_config() {
               g.W < 1 || g.W > 32)) {
     c.error = "PROVIDER_GPU_QMV: want 0, 1 or R:U:W (rows a warp 1-8, chunks in flight 1-8, warps 1-32)";
   }
+  MmaShape& m = c.mma_shape;
+  if (const char* r = std::getenv("PROVIDER_GPU_QMMA_ROWS"); r != nullptr && *r != '\0') {
+    if (std::sscanf(r, "%d", &m.Rows) != 1 || m.Rows < 1 || m.Rows > 32) {
+      c.error = "PROVIDER_GPU_QMMA_ROWS: want 1 to 32";
+      return c;
+    }
+  }
+  const char* q = std::getenv("PROVIDER_GPU_QMMA");
+  if (q != nullptr && *q != '\0' && std::strcmp(q, "0") != 0) {
+    c.mma = true;
+    if (std::strcmp(q, "1") != 0 &&
+        (std::sscanf(q, "%d:%d", &m.W, &m.U) != 2 || m.W < 1 || m.W > 16 || m.U < 1 || m.U > 8)) {
+      c.error = "PROVIDER_GPU_QMMA: want 0, 1 or W:U (warps a block 1-16, chunks in flight 1-8)";
+    }
+  }
   c.on = c.on && mx::cu::is_available();
+  c.mma = c.mma && mx::cu::is_available();
   return c;
 }
 
@@ -1119,6 +1339,18 @@ GemvConfig gemv_config() {
     g_gemv = read_gemv_config();
   }
   return *g_gemv;
+}
+
+// set_mma turns the tensor-core kernel on or off until the environment is
+// read again, and reports the setting before.
+bool set_mma(bool on) {
+  std::lock_guard<std::mutex> lock(g_gemv_mu);
+  if (!g_gemv) {
+    g_gemv = read_gemv_config();
+  }
+  const bool was = g_gemv->mma;
+  g_gemv->mma = on && mx::cu::is_available();
+  return was;
 }
 
 // launch is a call of MLX's custom-kernel function fn that makes the
@@ -1293,6 +1525,8 @@ void mlx_cuda_gemv_reload(void) {
   g_gemv.reset();
 }
 
+bool mlx_cuda_set_qmma(bool on) { return set_mma(on); }
+
 int mlx_cuda_paged_decode(mlx_array* res, const mlx_array q, const mlx_array k_pool, const mlx_array v_pool,
                           const mlx_array table, const mlx_array meta, int block, int window, float scale,
                           const mlx_array sinks, int keys, bool split, const mlx_stream s) {
@@ -1409,19 +1643,37 @@ std::optional<mx::array> cuda_affine_gemv(const mx::array& x, const mx::array& w
   if (c.error != nullptr) {
     throw std::invalid_argument(c.error);
   }
+  // x is read as M rows of K whatever its shape (row-contiguous, as the
+  // kernels get it), and y takes x's shape with N for K: no reshapes.
+  const size_t rows = x.size() / K;
+  mx::Shape shape = x.shape();
+  shape.back() = static_cast<int>(N);
+  const MmaShape& mm = c.mma_shape;
+  if (c.mma && bits == 4 && (x.dtype() == mx::float16 || x.dtype() == mx::bfloat16) &&
+      scales.dtype() == x.dtype() && group_size % 32 == 0 && K % 128 == 0 && rows <= static_cast<size_t>(mm.Rows)) {
+    static auto mma = mx::fast::cuda_kernel("affine_mma", {"x", "w", "scales", "biases"}, {"y"}, kAffineMma, "",
+                                            /*ensure_row_contiguous=*/true);
+    const int64_t tiles = (N + 15) / 16;
+    auto out = launch(mma, {x, w, scales, biases}, {shape}, {x.dtype()},
+                      {static_cast<int>(tiles * mm.W * 32), 1, 1}, {mm.W * 32, 1, 1},
+                      {{"T", x.dtype()},
+                       {"BF16", x.dtype() == mx::bfloat16},
+                       {"G", group_size},
+                       {"M", static_cast<int>(rows)},
+                       {"W", mm.W},
+                       {"U", mm.U}},
+                      st);
+    return out[0];
+  }
   const GemvShape& g = c.shape;
-  if (!c.on || x.size() / K > static_cast<size_t>(g.Rows)) {
+  if (!c.on || rows > static_cast<size_t>(g.Rows)) {
     return std::nullopt;
   }
-  // x is read as M rows of K whatever its shape (row-contiguous, as the
-  // kernel gets it), and y takes x's shape with N for K: no reshapes.
-  const int M = static_cast<int>(x.size() / K);
+  const int M = static_cast<int>(rows);
   static auto kernel = mx::fast::cuda_kernel("affine_gemv", {"x", "w", "scales", "biases"}, {"y"}, kAffineGemv, "",
                                              /*ensure_row_contiguous=*/true);
   const int64_t warps = (N + g.R - 1) / g.R;
   const int64_t blocks = (warps + g.W - 1) / g.W;
-  mx::Shape shape = x.shape();
-  shape.back() = static_cast<int>(N);
   auto out = launch(kernel, {x, w, scales, biases}, {shape}, {x.dtype()},
                     {static_cast<int>(blocks * g.W * 32), 1, 1}, {g.W * 32, 1, 1},
                     {{"T", x.dtype()}, {"BITS", bits}, {"G", group_size}, {"M", M}, {"R", g.R}, {"U", g.U}}, st);

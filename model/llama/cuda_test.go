@@ -20,9 +20,25 @@ import (
 // must be close, and the tokens the same but where two choices all but
 // tie.
 func TestLayerKernelsSameTokensCUDA(t *testing.T) {
+	sameTokensCUDA(t, "the layer kernels", mlx.SetLayerKernels, []int{120, 57})
+}
+
+// TestAffineMmaSameTokensCUDA is TestLayerKernelsSameTokensCUDA for the
+// affine tensor-core kernel (mlx.SetAffineMMA) against MLX's quantized
+// matmul, over eight rows (the product's rows then fill one tile).
+func TestAffineMmaSameTokensCUDA(t *testing.T) {
+	sameTokensCUDA(t, "the tensor-core product", mlx.SetAffineMMA, []int{120, 57, 33, 200, 9, 64, 150, 17})
+}
+
+// sameTokensCUDA decodes one row a prompt length greedily (then 12 steps
+// of all rows) on a GPU with the checkpoint that PROVIDER_BENCH_MODEL
+// names, with set(false) and then set(true): the logits of every step must
+// be close, and a row's tokens the same until a step whose two choices all
+// but tie.
+func sameTokensCUDA(t *testing.T, what string, set func(bool) bool, prompts []int) {
 	path := os.Getenv("PROVIDER_BENCH_MODEL")
 	if path == "" {
-		t.Skip("NEEDS PROVIDER_BENCH_MODEL (a Llama checkpoint) and a CUDA device: the layer kernels are untested here")
+		t.Skipf("NEEDS PROVIDER_BENCH_MODEL (a Llama checkpoint) and a CUDA device: %s are untested here", what)
 	}
 	var err error
 	probe := mlx.NewThread()
@@ -30,15 +46,14 @@ func TestLayerKernelsSameTokensCUDA(t *testing.T) {
 	probe.Do(func() { ok, err = mlx.CUDAAvailable() })
 	probe.Close()
 	if err != nil || !ok {
-		t.Skipf("NEEDS A CUDA DEVICE (%v): the layer kernels are untested here", err)
+		t.Skipf("NEEDS A CUDA DEVICE (%v): %s are untested here", err, what)
 	}
 	d := loadOnDevice(t, path)
 	d.th.Do(func() {
-		defer mlx.SetLayerKernels(mlx.SetLayerKernels(false))
+		defer set(set(false))
 		var runs [2]greedyRun
-		prompts := []int{120, 57}
 		for i, on := range []bool{false, true} {
-			mlx.SetLayerKernels(on)
+			set(on)
 			runs[i] = decodeGreedy(t, d.s, d.cfg, d.net, prompts, 12)
 		}
 		worst, scale := 0.0, 0.0
@@ -63,8 +78,8 @@ func TestLayerKernelsSameTokensCUDA(t *testing.T) {
 			logits := runs[0].logits[i*vocab : (i+1)*vocab]
 			gap := float64(logits[tok] - logits[runs[1].tokens[i]])
 			if gap > 2*worst {
-				t.Errorf("step %d, row %d: token %d through MLX ops, %d with the layer kernels, logits %.4g apart (largest difference %.3g)",
-					i/rows, r, tok, runs[1].tokens[i], gap, worst)
+				t.Errorf("step %d, row %d: token %d without %s, %d with them, logits %.4g apart (largest difference %.3g)",
+					i/rows, r, tok, what, runs[1].tokens[i], gap, worst)
 			} else {
 				t.Logf("step %d, row %d: a near tie (%.3g apart) parted the rows: %d and %d", i/rows, r, gap, tok, runs[1].tokens[i])
 			}
