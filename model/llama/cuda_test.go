@@ -27,7 +27,7 @@ func TestLayerKernelsSameTokensCUDA(t *testing.T) {
 // affine tensor-core kernel (mlx.SetAffineMMA) against MLX's quantized
 // matmul, over eight rows (the product's rows then fill one tile).
 func TestAffineMmaSameTokensCUDA(t *testing.T) {
-	sameTokensCUDA(t, "the tensor-core product", mlx.SetAffineMMA, []int{120, 57, 33, 200, 9, 64, 150, 17})
+	sameTokensCUDA(t, "the tensor-core products", mlx.SetAffineMMA, []int{120, 57, 33, 200, 9, 64, 150, 17})
 }
 
 // sameTokensCUDA decodes one row a prompt length greedily (then 12 steps
