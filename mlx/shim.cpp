@@ -1139,8 +1139,8 @@ constexpr const char* kAffineMma = R"(
     for (int u = 0; u < U; u++) {
       const int c = c0 + u;
       if (c < ce) {
-        wa[u] = __ldg(wq + ra * chunks + c);
-        wb[u] = __ldg(wq + rb * chunks + c);
+        wa[u] = __ldg(wq + (ra * chunks + c) * 4 + t);
+        wb[u] = __ldg(wq + (rb * chunks + c) * 4 + t);
         const int gi = (c * 128 + 32 * t) / G;
         const unsigned s0 = __ldg(sp + ra * groups + gi), s1 = __ldg(sp + rb * groups + gi);
         const unsigned b0 = __ldg(bp + ra * groups + gi), b1 = __ldg(bp + rb * groups + gi);
