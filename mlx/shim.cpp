@@ -1110,8 +1110,12 @@ constexpr const char* kAffineMma = R"(
   const int per = (chunks + W - 1) / W;
   const int cb = warp * per;
   const int ce = min(chunks, cb + per);
+  // The kernel's two instructions of the tensor type, as lambdas that a
+  // host emulation of this body (scripts/gpu/mma_emulate.py) replaces.
   // dq is s * q + b for the two values of v (MAGIC | q each), s and b
-  // each a pair of one scale or bias.
+  // each a pair of one scale or bias. mma adds the product of a 16 x 16
+  // tile of A (this lane's a0 .. a3) and a 16 x 8 tile of B (b0, b1) to d.
+#ifndef AFFINE_MMA_HOST
   auto dq = [](unsigned v, unsigned s, unsigned b) {
     const unsigned one = ONE, neg = NEG_MAGIC;
     unsigned q, r;
@@ -1124,6 +1128,20 @@ constexpr const char* kAffineMma = R"(
     }
     return r;
   };
+  auto mma = [](float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
+    if constexpr (BF16) {
+      asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+          "{%0, %1, %2, %3};"
+          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+          : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    } else {
+      asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+          "{%0, %1, %2, %3};"
+          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+          : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    }
+  };
+#endif
   float acc[NT][4];
 #pragma unroll
   for (int j = 0; j < NT; j++) {
@@ -1192,25 +1210,8 @@ constexpr const char* kAffineMma = R"(
           const uint4 xw = xv[j][q];
           const unsigned x04 = __byte_perm(xw.x, xw.z, 0x5410), x15 = __byte_perm(xw.x, xw.z, 0x7632);
           const unsigned x26 = __byte_perm(xw.y, xw.w, 0x5410), x37 = __byte_perm(xw.y, xw.w, 0x7632);
-          if constexpr (BF16) {
-            asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-                "{%0, %1, %2, %3};"
-                : "+f"(acc[j][0]), "+f"(acc[j][1]), "+f"(acc[j][2]), "+f"(acc[j][3])
-                : "r"(pa[0]), "r"(pb[0]), "r"(pa[1]), "r"(pb[1]), "r"(x04), "r"(x15));
-            asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-                "{%0, %1, %2, %3};"
-                : "+f"(acc[j][0]), "+f"(acc[j][1]), "+f"(acc[j][2]), "+f"(acc[j][3])
-                : "r"(pa[2]), "r"(pb[2]), "r"(pa[3]), "r"(pb[3]), "r"(x26), "r"(x37));
-          } else {
-            asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-                "{%0, %1, %2, %3};"
-                : "+f"(acc[j][0]), "+f"(acc[j][1]), "+f"(acc[j][2]), "+f"(acc[j][3])
-                : "r"(pa[0]), "r"(pb[0]), "r"(pa[1]), "r"(pb[1]), "r"(x04), "r"(x15));
-            asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-                "{%0, %1, %2, %3};"
-                : "+f"(acc[j][0]), "+f"(acc[j][1]), "+f"(acc[j][2]), "+f"(acc[j][3])
-                : "r"(pa[2]), "r"(pb[2]), "r"(pa[3]), "r"(pb[3]), "r"(x26), "r"(x37));
-          }
+          mma(acc[j], pa[0], pb[0], pa[1], pb[1], x04, x15);
+          mma(acc[j], pa[2], pb[2], pa[3], pb[3], x26, x37);
         }
       }
     }
