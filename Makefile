@@ -89,6 +89,7 @@ $(DEPS)/nvrtc/.ok:
 
 cuda-check: $(DEPS)/nvrtc/.ok
 	python3 scripts/gpu/nvrtc_check.py $(DEPS)/nvrtc/x/nvidia/cu13
+	python3 scripts/gpu/mma_emulate.py
 
 # The soak of the reliability suite on SmolLM2 (CI soaks stories260K):
 # 10,000 requests at concurrency 64 with disconnecting and hostile clients.

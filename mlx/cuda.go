@@ -40,13 +40,12 @@ func (f *Frame) onCUDAStream() bool {
 
 func cudaInit() {
 	cudaOn, _ = CUDAAvailable()
-	layerKernels.Store(os.Getenv("PROVIDER_GPU_LAYER_KERNELS") == "1")
+	layerKernels.Store(os.Getenv("PROVIDER_GPU_LAYER_KERNELS") != "0")
 }
 
 // layerKernelsOn reports whether HeadsRoPE and SwiGLUHalves take their
-// CUDA kernels: on a CUDA stream with PROVIDER_GPU_LAYER_KERNELS=1 (read
-// once), until they have run on a device (TestHeadsRoPECUDA,
-// TestSwiGLUHalvesCUDA).
+// CUDA kernels: on a CUDA stream unless PROVIDER_GPU_LAYER_KERNELS=0 (read
+// once).
 func (f *Frame) layerKernelsOn() bool { return f.onCUDAStream() && layerKernels.Load() }
 
 // SetLayerKernels turns HeadsRoPE's and SwiGLUHalves's CUDA kernels on or
@@ -61,7 +60,7 @@ func SetLayerKernels(on bool) bool {
 // * headDim] (each token's query heads, then its key heads, then its value
 // heads) into q [N, heads, headDim], k and v [N, kvHeads, headDim], q and
 // k rotated as RoPEOffsets rotates them, each token at its own position
-// (positions [N] int32). On a CUDA stream (PROVIDER_GPU_LAYER_KERNELS=1)
+// (positions [N] int32). On a CUDA stream (unless PROVIDER_GPU_LAYER_KERNELS=0)
 // it is one kernel, its three results one primitive; elsewhere it is MLX
 // ops (views of y and one RoPE over q's and k's heads).
 func (f *Frame) HeadsRoPE(y Array, heads, kvHeads, headDim, dims int, traditional bool, base, scale float32, positions, freqs Array) (q, k, v Array) {
@@ -99,8 +98,8 @@ func (f *Frame) headsRoPEOps(y Array, heads, kvHeads, headDim, dims int, traditi
 }
 
 // SwiGLUHalves is SwiGLU(x[..., :F], x[..., F:]) for x [..., 2F] (a fused
-// gate/up projection's output): on a CUDA stream one kernel
-// (PROVIDER_GPU_LAYER_KERNELS=1), elsewhere two views and SwiGLU.
+// gate/up projection's output): on a CUDA stream one kernel (unless
+// PROVIDER_GPU_LAYER_KERNELS=0), elsewhere two views and SwiGLU.
 func (f *Frame) SwiGLUHalves(x Array) Array {
 	if f.layerKernelsOn() {
 		return f.op("swiglu_halves", func(r *C.mlx_array) C.int { return C.mlx_cuda_swiglu_halves(r, x.c, f.s.c) }, x)

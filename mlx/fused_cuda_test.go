@@ -8,7 +8,7 @@ import (
 )
 
 // withLayerKernels turns HeadsRoPE's and SwiGLUHalves's kernels on for
-// the test (they are opt-in, PROVIDER_GPU_LAYER_KERNELS=1).
+// the test, whatever PROVIDER_GPU_LAYER_KERNELS says.
 func withLayerKernels(t *testing.T) {
 	old := SetLayerKernels(true)
 	t.Cleanup(func() { SetLayerKernels(old) })

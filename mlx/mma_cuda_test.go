@@ -27,8 +27,9 @@ func roundTo(v float64, mant, minExp int) float64 {
 // x's type): float16 and bfloat16, groups of 32, 64 and 128, outputs not a
 // multiple of 16, a block whose last warp has no chunks of its own,
 // activations at an address the kernel cannot load as vectors, 1 to 32
-// rows (one to four tiles of 8), and other work shapes. A row's outputs
-// must be the same floats alone and in every batch.
+// rows (one to four tiles of 8), and other work shapes (with and without
+// a warp's next stage loaded ahead). A row's outputs must be the same
+// floats alone and in every batch.
 func TestAffineMmaCUDA(t *testing.T) {
 	onCUDA(t, func(s Stream) {
 		rng := rand.New(rand.NewPCG(7, 8))
@@ -104,7 +105,7 @@ func TestAffineMmaCUDA(t *testing.T) {
 				}
 				// Other splits of K sum in another order: each is checked
 				// against float64, not against the default's floats.
-				for _, shape := range []string{"1:1", "3:2", "8:8"} {
+				for _, shape := range []string{"1:1", "3:2:1", "8:8", "4:2:1"} {
 					check(run(x, 8, shape), ref[:8*c.n], mag[:8*c.n], "shape "+shape)
 				}
 				t.Logf("%s: max |kernel - float64| / sum |products| = %.2g", name, worst)
@@ -119,7 +120,7 @@ func TestAffineMmaCUDA(t *testing.T) {
 		for _, c := range []struct {
 			m, bits int
 			x       Dtype
-		}{{1, 4, Float32}, {1, 8, Float16}, {9, 4, Float16}} {
+		}{{1, 4, Float32}, {1, 8, Float16}, {33, 4, Float16}} {
 			w, sc, bi := quantized(f, rng, 64, 256, 64, c.bits, Float16)
 			y := f.AffineLinear(f.AsType(randomRows(f, rng, c.m, 256), c.x), w, sc, bi, 64, c.bits)
 			counts, err := GraphPrimitives(y)

@@ -1070,11 +1070,13 @@ constexpr const char* kAffineGemv = R"(
 // compiled at run time by MLX): y [M, N] = x [M, K] @ dequantize(w).T for
 // 4-bit weights, x and the scales and biases float16 (BF16 false) or
 // bfloat16 (BF16 true), groups a multiple of 32, K a multiple of 128. A
-// block takes 16 outputs; its W warps split K's chunks of 128 values, U
-// chunks a warp in flight, and sum their parts in a fixed order. Each warp
+// block takes 16 outputs; its W warps split K's chunks of 128 values and
+// sum their parts in a fixed order. A warp loads U chunks (a stage) at a
+// time; with PF, it loads the next stage before it computes one. Each warp
 // runs mma.m16n8k16 with the weights as A (16 outputs by 16 values) and x
 // as B (16 values by 8 rows), so one read of the weights serves every row:
-// NT tiles of 8 rows, each its own products. Lane (g, t) of a warp (g =
+// NT tiles of 8 rows (M, the rows of x [M, K], at most 8 NT), each its
+// own products. Lane (g, t) of a warp (g =
 // lane / 4, t = lane % 4) takes the 32 values 32t .. 32t + 31 of a chunk,
 // one 16-byte word of output rows g and g + 8, and the same 32 values of x
 // for row g of each tile. Within a product the order of the 16 values does
@@ -1085,9 +1087,11 @@ constexpr const char* kAffineGemv = R"(
 // takes the exponent's offset away exactly), and x's eight values are
 // paired the same way by byte permutes. Products accumulate in float32.
 // Each of a tile's 8 rows is its own column of the products, so a row's
-// floats do not depend on how many rows the call has.
+// floats do not depend on how many rows the call has; and M is read at run
+// time, so that 1 to 8 rows (1 to 32 in four kernels) make one kernel for
+// MLX to compile, not eight.
 constexpr const char* kAffineMma = R"(
-  constexpr int NT = (M + 7) / 8;
+  const int M = x_shape[0];
   constexpr unsigned MAGIC = BF16 ? 0x43004300u : 0x64006400u;
   constexpr unsigned ONE = BF16 ? 0x3F803F80u : 0x3C003C00u;
   constexpr unsigned NEG_MAGIC = BF16 ? 0xC300C300u : 0xE400E400u;
@@ -1150,27 +1154,33 @@ constexpr const char* kAffineMma = R"(
       acc[j][e] = 0.f;
     }
   }
-  for (int c0 = cb; c0 < ce; c0 += U) {
+  // A stage is U chunks of rows g and g + 8: their words, scales and
+  // biases (each scale or bias twice, a pair).
+  struct Stage {
     uint4 wa[U], wb[U];
     unsigned sa[U], sb[U], ba[U], bb[U];
+  };
+  auto load = [&](Stage& st, int c0) {
 #pragma unroll
     for (int u = 0; u < U; u++) {
       const int c = c0 + u;
       if (c < ce) {
-        wa[u] = __ldg(wq + (ra * chunks + c) * 4 + t);
-        wb[u] = __ldg(wq + (rb * chunks + c) * 4 + t);
+        st.wa[u] = __ldg(wq + (ra * chunks + c) * 4 + t);
+        st.wb[u] = __ldg(wq + (rb * chunks + c) * 4 + t);
         const int gi = (c * 128 + 32 * t) / G;
         const unsigned s0 = __ldg(sp + ra * groups + gi), s1 = __ldg(sp + rb * groups + gi);
         const unsigned b0 = __ldg(bp + ra * groups + gi), b1 = __ldg(bp + rb * groups + gi);
-        sa[u] = s0 | (s0 << 16);
-        sb[u] = s1 | (s1 << 16);
-        ba[u] = b0 | (b0 << 16);
-        bb[u] = b1 | (b1 << 16);
+        st.sa[u] = s0 | (s0 << 16);
+        st.sb[u] = s1 | (s1 << 16);
+        st.ba[u] = b0 | (b0 << 16);
+        st.bb[u] = b1 | (b1 << 16);
       } else {
-        wa[u] = wb[u] = make_uint4(0, 0, 0, 0);
-        sa[u] = sb[u] = ba[u] = bb[u] = 0;
+        st.wa[u] = st.wb[u] = make_uint4(0, 0, 0, 0);
+        st.sa[u] = st.sb[u] = st.ba[u] = st.bb[u] = 0;
       }
     }
+  };
+  auto compute = [&](const Stage& st, int c0) {
 #pragma unroll
     for (int u = 0; u < U; u++) {
       const int c = c0 + u;
@@ -1197,13 +1207,15 @@ constexpr const char* kAffineMma = R"(
       }
 #pragma unroll
       for (int q = 0; q < 4; q++) {
-        const unsigned qa = q == 0 ? wa[u].x : q == 1 ? wa[u].y : q == 2 ? wa[u].z : wa[u].w;
-        const unsigned qb = q == 0 ? wb[u].x : q == 1 ? wb[u].y : q == 2 ? wb[u].z : wb[u].w;
+        const uint4& wa = st.wa[u];
+        const uint4& wb = st.wb[u];
+        const unsigned qa = q == 0 ? wa.x : q == 1 ? wa.y : q == 2 ? wa.z : wa.w;
+        const unsigned qb = q == 0 ? wb.x : q == 1 ? wb.y : q == 2 ? wb.z : wb.w;
         unsigned pa[4], pb[4];
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-          pa[i] = dq(((qa >> (4 * i)) & 0x000F000Fu) | MAGIC, sa[u], ba[u]);
-          pb[i] = dq(((qb >> (4 * i)) & 0x000F000Fu) | MAGIC, sb[u], bb[u]);
+          pa[i] = dq(((qa >> (4 * i)) & 0x000F000Fu) | MAGIC, st.sa[u], st.ba[u]);
+          pb[i] = dq(((qb >> (4 * i)) & 0x000F000Fu) | MAGIC, st.sb[u], st.bb[u]);
         }
 #pragma unroll
         for (int j = 0; j < NT; j++) {
@@ -1214,6 +1226,33 @@ constexpr const char* kAffineMma = R"(
           mma(acc[j], pa[2], pb[2], pa[3], pb[3], x26, x37);
         }
       }
+    }
+  };
+  // Without PF, a warp loads a stage, then multiplies it. With PF, it
+  // loads the next stage before it multiplies this one, so that its loads
+  // stay in flight while it computes (two stages of registers).
+  if (PF) {
+    Stage s0, s1;
+    if (cb < ce) {
+      load(s0, cb);
+    }
+    for (int c0 = cb; c0 < ce; c0 += 2 * U) {
+      if (c0 + U < ce) {
+        load(s1, c0 + U);
+      }
+      compute(s0, c0);
+      if (c0 + U < ce) {
+        if (c0 + 2 * U < ce) {
+          load(s0, c0 + 2 * U);
+        }
+        compute(s1, c0 + U);
+      }
+    }
+  } else {
+    Stage s0;
+    for (int c0 = cb; c0 < ce; c0 += U) {
+      load(s0, c0);
+      compute(s0, c0);
     }
   }
   // The warps' parts, summed by warp 0 in warp order. A product's lane
@@ -1269,7 +1308,7 @@ struct GemvShape {
 // rows of x it takes (Rows, at most 32), beyond which the kernels above
 // or MLX's quantized matmul run.
 struct MmaShape {
-  int W = 4, U = 4, Rows = 8;
+  int W = 4, U = 4, PF = 0, Rows = 32;
 };
 
 // GemvConfig is the kernels' setting: the matrix-vector kernel on (with
@@ -1278,7 +1317,7 @@ struct MmaShape {
 struct GemvConfig {
   bool on = true;
   GemvShape shape;
-  bool mma = false;
+  bool mma = true;
   MmaShape mma_shape;
   const char* error = nullptr;
 };
@@ -1287,11 +1326,14 @@ struct GemvConfig {
 // shape, 0 for MLX's own quantized matmul, R:U:W for another shape
 // (benchmarks); and PROVIDER_GPU_QMV_ROWS, the most rows the kernel takes
 // (default 4: on an H100 it beats MLX's kernels at 1, 2 and 4 rows and
-// loses at 8). PROVIDER_GPU_QMMA: unset or 0 leaves the tensor-core kernel
-// off, 1 turns it on with the default shape, W:U with another;
-// PROVIDER_GPU_QMMA_ROWS is the most rows it takes (default 8). It is
-// opt-in until TestAffineMmaCUDA has passed on a device. Without a CUDA
-// device both are off.
+// loses at 8). PROVIDER_GPU_QMMA: unset or 1 for the tensor-core kernel
+// with the default shape, 0 for none, W:U[:P] for another shape (P 1
+// loads a warp's next stage while it computes one); it takes 2
+// to PROVIDER_GPU_QMMA_ROWS rows (default 32), and one row too when the
+// matrix-vector kernel is off (on an H100 the matrix-vector kernel's
+// one-row step is 11 % faster; at 8 rows the tensor-core kernel's step
+// is 2.3x faster than MLX's matmul's). Without a CUDA device both are
+// off.
 GemvConfig read_gemv_config() {
   GemvConfig c;
   GemvShape& g = c.shape;
@@ -1317,11 +1359,12 @@ GemvConfig read_gemv_config() {
     }
   }
   const char* q = std::getenv("PROVIDER_GPU_QMMA");
-  if (q != nullptr && *q != '\0' && std::strcmp(q, "0") != 0) {
-    c.mma = true;
-    if (std::strcmp(q, "1") != 0 &&
-        (std::sscanf(q, "%d:%d", &m.W, &m.U) != 2 || m.W < 1 || m.W > 16 || m.U < 1 || m.U > 8)) {
-      c.error = "PROVIDER_GPU_QMMA: want 0, 1 or W:U (warps a block 1-16, chunks in flight 1-8)";
+  if (q != nullptr && std::strcmp(q, "0") == 0) {
+    c.mma = false;
+  } else if (q != nullptr && *q != '\0' && std::strcmp(q, "1") != 0) {
+    const int n = std::sscanf(q, "%d:%d:%d", &m.W, &m.U, &m.PF);
+    if (n < 2 || m.W < 1 || m.W > 16 || m.U < 1 || m.U > 8 || m.PF < 0 || m.PF > 1) {
+      c.error = "PROVIDER_GPU_QMMA: want 0, 1 or W:U[:P] (warps a block 1-16, chunks a stage 1-8, P 1 to prefetch)";
     }
   }
   c.on = c.on && mx::cu::is_available();
@@ -1363,9 +1406,8 @@ bool set_mma(bool on) {
 // stream). Later calls make their arrays on the same primitive, which no
 // evaluation changes. The primitives each hold their source: past
 // kMadeKernels distinct launches (the split kernel's grid grows with a
-// step's longest table), the cache starts over. It is on only with
-// PROVIDER_GPU_LAUNCH_CACHE=1 (read once) until its tests and its
-// benchmark (BenchmarkAffineGemvBuildCUDA) have run on a device.
+// step's longest table), the cache starts over. PROVIDER_GPU_LAUNCH_CACHE=0
+// (read once) turns it off.
 constexpr size_t kMadeKernels = 512;
 
 std::vector<mx::array> launch(const mx::fast::CustomKernelFunction& fn, const std::vector<mx::array>& inputs,
@@ -1375,7 +1417,7 @@ std::vector<mx::array> launch(const mx::fast::CustomKernelFunction& fn, const st
                               const mx::Stream& s) {
   static const bool on = [] {
     const char* v = std::getenv("PROVIDER_GPU_LAUNCH_CACHE");
-    return v != nullptr && std::strcmp(v, "1") == 0;
+    return v == nullptr || std::strcmp(v, "0") != 0;
   }();
   if (!on) {
     return fn(inputs, std::move(shapes), dtypes, grid, block, targs, std::nullopt, false, s);
@@ -1651,18 +1693,22 @@ std::optional<mx::array> cuda_affine_gemv(const mx::array& x, const mx::array& w
   shape.back() = static_cast<int>(N);
   const MmaShape& mm = c.mma_shape;
   if (c.mma && bits == 4 && (x.dtype() == mx::float16 || x.dtype() == mx::bfloat16) &&
-      scales.dtype() == x.dtype() && group_size % 32 == 0 && K % 128 == 0 && rows <= static_cast<size_t>(mm.Rows)) {
+      scales.dtype() == x.dtype() && group_size % 32 == 0 && K % 128 == 0 && rows <= static_cast<size_t>(mm.Rows) &&
+      (rows > 1 || !c.on)) {
     static auto mma = mx::fast::cuda_kernel("affine_mma", {"x", "w", "scales", "biases"}, {"y"}, kAffineMma, "",
                                             /*ensure_row_contiguous=*/true);
     const int64_t tiles = (N + 15) / 16;
-    auto out = launch(mma, {x, w, scales, biases}, {shape}, {x.dtype()},
+    // The kernel reads its rows from x's first dimension.
+    const mx::array x2 = x.ndim() == 2 ? x : mx::reshape(x, {static_cast<int>(rows), static_cast<int>(K)}, st);
+    auto out = launch(mma, {x2, w, scales, biases}, {shape}, {x.dtype()},
                       {static_cast<int>(tiles * mm.W * 32), 1, 1}, {mm.W * 32, 1, 1},
                       {{"T", x.dtype()},
                        {"BF16", x.dtype() == mx::bfloat16},
                        {"G", group_size},
-                       {"M", static_cast<int>(rows)},
+                       {"NT", static_cast<int>((rows + 7) / 8)},
                        {"W", mm.W},
-                       {"U", mm.U}},
+                       {"U", mm.U},
+                       {"PF", mm.PF == 1}},
                       st);
     return out[0];
   }

@@ -115,10 +115,11 @@ def main():
                               [("x", t), ("w", "uint32"), ("scales", st), ("biases", st)], [("y", t)],
                               [("T", t), ("BITS", bits), ("G", 64), ("M", m), ("R", r), ("U", u)]))
     for t in ("float16", "bfloat16"):
-        for m, g, w, u in ((1, 64, 4, 4), (8, 32, 4, 4), (13, 128, 1, 2), (32, 64, 8, 4)):
-            cases.append((f"affine_mma {t} M={m} G={g} W={w} U={u}", "kAffineMma",
+        for nt, g, w, u, pf in ((1, 64, 4, 4, False), (1, 32, 4, 4, True), (2, 128, 1, 2, False), (4, 64, 8, 4, True)):
+            cases.append((f"affine_mma {t} NT={nt} G={g} W={w} U={u} PF={pf}", "kAffineMma",
                           [("x", t), ("w", "uint32"), ("scales", t), ("biases", t)], [("y", t)],
-                          [("T", t), ("BF16", t == "bfloat16"), ("G", g), ("M", m), ("W", w), ("U", u)]))
+                          [("T", t), ("BF16", t == "bfloat16"), ("G", g), ("NT", nt), ("W", w), ("U", u),
+                           ("PF", pf)]))
     log2_base = 0x41549A78  # log2(10000) as float bits
     for t in ("float16", "float32", "bfloat16"):
         for dims, trad, freqs in ((128, False, False), (64, True, False), (128, False, True)):
