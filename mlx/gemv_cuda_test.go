@@ -91,6 +91,25 @@ func affineReference(f *Frame, x, w, scales, biases Array, n, k, group, bits int
 	return ref, mag
 }
 
+// kernelProduct is AffineLinear of x's first m rows, which must run as one
+// custom kernel (what names the case), as float32s.
+func kernelProduct(t *testing.T, f *Frame, x Array, m int, w, scales, biases Array, group, bits int, what string) []float32 {
+	t.Helper()
+	y := f.AffineLinear(f.Slice(x, []int{0, 0}, []int{m, x.Dim(1)}), w, scales, biases, group, bits)
+	counts, err := GraphPrimitives(y)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if counts["CustomKernel"] != 1 {
+		t.Fatalf("%s: the product did not take the kernel: %v", what, counts)
+	}
+	out := f.ToFloat32s(y)
+	if err := f.Err(); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	return out
+}
+
 // TestAffineGemvCUDA checks the CUDA affine matrix-vector kernel (what
 // AffineLinear runs on a GPU for up to 4 rows by default, 8 with
 // PROVIDER_GPU_QMV_ROWS) against float64 products of the same packed
@@ -138,20 +157,7 @@ func TestAffineGemvCUDA(t *testing.T) {
 					setGemvEnv(t, "PROVIDER_GPU_QMMA", "0")
 					setGemvEnv(t, "PROVIDER_GPU_QMV", shape)
 					setGemvEnv(t, "PROVIDER_GPU_QMV_ROWS", "8")
-					y := f.AffineLinear(f.Slice(x, []int{0, 0}, []int{m, c.k}), w, sc, bi, c.group, c.bits)
-					counts, err := GraphPrimitives(y)
-					if err != nil {
-						t.Fatalf("%s: %v", name, err)
-					}
-					if counts["CustomKernel"] != 1 {
-						t.Fatalf("%s, %d rows, shape %s: the product did not take the kernel: %v", name, m, shape, counts)
-					}
-
-					out := f.ToFloat32s(y)
-					if err := f.Err(); err != nil {
-						t.Fatalf("%s: %v", name, err)
-					}
-					return out
+					return kernelProduct(t, f, x, m, w, sc, bi, c.group, c.bits, fmt.Sprintf("%s, %d rows, shape %s", name, m, shape))
 				}
 				alone := run(x, 8, "1")
 				// Under the default row limit four rows take the kernel,

@@ -66,19 +66,7 @@ func TestAffineMmaCUDA(t *testing.T) {
 				setGemvEnv(t, "PROVIDER_GPU_QMMA_ROWS", "32")
 				run := func(x Array, m int, shape string) []float32 {
 					setGemvEnv(t, "PROVIDER_GPU_QMMA", shape)
-					y := f.AffineLinear(f.Slice(x, []int{0, 0}, []int{m, c.k}), w, sc, bi, c.group, 4)
-					counts, err := GraphPrimitives(y)
-					if err != nil {
-						t.Fatalf("%s: %v", name, err)
-					}
-					if counts["CustomKernel"] != 1 {
-						t.Fatalf("%s, %d rows, shape %s: the product did not take the kernel: %v", name, m, shape, counts)
-					}
-					out := f.ToFloat32s(y)
-					if err := f.Err(); err != nil {
-						t.Fatalf("%s: %v", name, err)
-					}
-					return out
+					return kernelProduct(t, f, x, m, w, sc, bi, c.group, 4, fmt.Sprintf("%s, %d rows, shape %s", name, m, shape))
 				}
 				worst := 0.0
 				check := func(got []float32, ref, mag []float64, what string) {
