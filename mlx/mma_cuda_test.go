@@ -27,9 +27,9 @@ func roundTo(v float64, mant, minExp int) float64 {
 // x's type): float16 and bfloat16, groups of 32, 64 and 128, outputs not a
 // multiple of 16, a block whose last warp has no chunks of its own,
 // activations at an address the kernel cannot load as vectors, 1 to 32
-// rows (one to four tiles of 8), and other work shapes (with and without
-// a warp's next stage loaded ahead). A row's outputs must be the same
-// floats alone and in every batch.
+// rows (one to four tiles of 8), activations of three dimensions, and
+// other work shapes (with and without a warp's next stage loaded ahead). A
+// row's outputs must be the same floats alone and in every batch.
 func TestAffineMmaCUDA(t *testing.T) {
 	onCUDA(t, func(s Stream) {
 		rng := rand.New(rand.NewPCG(7, 8))
@@ -89,6 +89,27 @@ func TestAffineMmaCUDA(t *testing.T) {
 						if g != batch[i] {
 							t.Fatalf("%s: %d rows: output %d = %v, %v in a batch of %d", name, m, i, g, batch[i], rows)
 						}
+					}
+				}
+				// Activations of three dimensions, [1, 9, K] as the model's
+				// are, take the kernel as they are (the one Reshape is the
+				// test's own) and give the same floats.
+				setGemvEnv(t, "PROVIDER_GPU_QMMA", "1")
+				y3 := f.AffineLinear(f.Reshape(f.Slice(x, []int{0, 0}, []int{9, c.k}), 1, 9, c.k), w, sc, bi, c.group, 4)
+				counts, err := GraphPrimitives(y3)
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				if counts["CustomKernel"] != 1 || counts["Reshape"] != 1 {
+					t.Fatalf("%s: [1, 9, K]: %v, want one custom kernel and the test's one Reshape", name, counts)
+				}
+				got3 := f.ToFloat32s(y3)
+				if err := f.Err(); err != nil || len(got3) != 9*c.n {
+					t.Fatalf("%s: [1, 9, K]: %d outputs, %v", name, len(got3), err)
+				}
+				for i, g := range got3 {
+					if g != batch[i] {
+						t.Fatalf("%s: [1, 9, K]: output %d = %v, %v in a batch of %d", name, i, g, batch[i], rows)
 					}
 				}
 				// Other splits of K sum in another order: each is checked

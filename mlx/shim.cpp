@@ -1075,8 +1075,8 @@ constexpr const char* kAffineGemv = R"(
 // time; with PF, it loads the next stage before it computes one. Each warp
 // runs mma.m16n8k16 with the weights as A (16 outputs by 16 values) and x
 // as B (16 values by 8 rows), so one read of the weights serves every row:
-// NT tiles of 8 rows (M, the rows of x [M, K], at most 8 NT), each its
-// own products. Lane (g, t) of a warp (g =
+// NT tiles of 8 rows (M, the rows of x [..., K] whatever its shape, at
+// most 8 NT), each its own products. Lane (g, t) of a warp (g =
 // lane / 4, t = lane % 4) takes the 32 values 32t .. 32t + 31 of a chunk,
 // one 16-byte word of output rows g and g + 8, and the same 32 values of x
 // for row g of each tile. Within a product the order of the 16 values does
@@ -1091,7 +1091,10 @@ constexpr const char* kAffineGemv = R"(
 // time, so that 1 to 8 rows (1 to 32 in four kernels) make one kernel for
 // MLX to compile, not eight.
 constexpr const char* kAffineMma = R"(
-  const int M = x_shape[0];
+  int M = 1;
+  for (int i = 0; i + 1 < x_ndim; i++) {
+    M *= x_shape[i];
+  }
   constexpr unsigned MAGIC = BF16 ? 0x43004300u : 0x64006400u;
   constexpr unsigned ONE = BF16 ? 0x3F803F80u : 0x3C003C00u;
   constexpr unsigned NEG_MAGIC = BF16 ? 0xC300C300u : 0xE400E400u;
@@ -1698,9 +1701,7 @@ std::optional<mx::array> cuda_affine_gemv(const mx::array& x, const mx::array& w
     static auto mma = mx::fast::cuda_kernel("affine_mma", {"x", "w", "scales", "biases"}, {"y"}, kAffineMma, "",
                                             /*ensure_row_contiguous=*/true);
     const int64_t tiles = (N + 15) / 16;
-    // The kernel reads its rows from x's first dimension.
-    const mx::array x2 = x.ndim() == 2 ? x : mx::reshape(x, {static_cast<int>(rows), static_cast<int>(K)}, st);
-    auto out = launch(mma, {x2, w, scales, biases}, {shape}, {x.dtype()},
+    auto out = launch(mma, {x, w, scales, biases}, {shape}, {x.dtype()},
                       {static_cast<int>(tiles * mm.W * 32), 1, 1}, {mm.W * 32, 1, 1},
                       {{"T", x.dtype()},
                        {"BF16", x.dtype() == mx::bfloat16},

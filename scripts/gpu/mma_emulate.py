@@ -27,7 +27,8 @@ does (s * q + b rounded once to x's type) and sums x * w exactly in double;
 an output may differ from that by its own rounding (1e-3 of it for
 float16, 8e-3 for bfloat16) plus 1e-5 of the sum of |x * w|. Each case
 also runs M = 1, 3, 8, 9 and 17 rows with the same weights and warps, and
-the rows the runs share must be bit-identical.
+the rows the runs share must be bit-identical. x is [M, K], or [1, M, K]
+in the cases where it lies off alignment.
 
 This checks the body's indexing, packing, choice of registers and the
 reduction of the warps' parts against the fragment layout as written down
@@ -106,6 +107,7 @@ MUTATIONS = [
     ("x taken as aligned at 2 bytes", "(reinterpret_cast<size_t>(x) & 15) == 0", "(reinterpret_cast<size_t>(x) & 1) == 0"),
     ("row a's scale used for row b", "sb[u] = s1 | (s1 << 16);", "sb[u] = s0 | (s0 << 16);"),
     ("bfloat16 exponent 0x4340", "0x43004300u", "0x43404300u"),
+    ("rows from x's first dimension only", "for (int i = 0; i + 1 < x_ndim; i++) {", "for (int i = 0; i < 1; i++) {"),
 ]
 
 PRELUDE = r"""
@@ -430,8 +432,8 @@ static void launch(int blocks, int threads, F kernel) {
 
 KERNEL = r"""
 template <class T_, bool BF16_, int G_, int NT_, int W_, int U_, bool PF_>
-static void kernel(const T_* x, const Shape x_shape, const uint32_t* w, const Shape w_shape, const T_* scales,
-                   const T_* biases, T_* y) {
+static void kernel(const T_* x, const Shape x_shape, const int x_ndim, const uint32_t* w, const Shape w_shape,
+                   const T_* scales, const T_* biases, T_* y) {
   using T = T_;
   constexpr bool BF16 = BF16_;
   constexpr int G = G_, NT = NT_, W = W_, U = U_;
@@ -478,8 +480,12 @@ static std::vector<uint16_t> run(const Data& d) {
   const T* b = guarded<T>("biases", d.b.data(), (size_t)N * groups, 0);
   std::vector<uint16_t> nan((size_t)M * N, 0x7FFF);
   T* y = guarded<T>("y", nan.data(), (size_t)M * N, 0);
-  const Shape xshape{{M, K}}, shape{{N, K / 8}};
-  launch((N + 15) / 16, W * 32, [&] { kernel<T, BF, G, (M + 7) / 8, W, U, PF>(x, xshape, w, shape, s, b, y); });
+  // x as [M, K], or as [1, M, K] where it lies off alignment: the kernel
+  // takes its rows from every dimension but the last.
+  const Shape xshape = d.misalign ? Shape{{1, M, K}} : Shape{{M, K}}, shape{{N, K / 8}};
+  const int xndim = d.misalign ? 3 : 2;
+  launch((N + 15) / 16, W * 32,
+         [&] { kernel<T, BF, G, (M + 7) / 8, W, U, PF>(x, xshape, xndim, w, shape, s, b, y); });
   std::vector<uint16_t> out((size_t)M * N);
   std::memcpy(out.data(), y, out.size() * 2);
   free_regions();

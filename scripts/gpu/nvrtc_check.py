@@ -3,7 +3,7 @@
 
 MLX's CUDA backend compiles a custom kernel at run time: it wraps the body
 in a __global__ function whose parameters are the inputs (with NAME_shape
-where the body uses it), then the outputs, and declares the template
+and NAME_ndim where the body uses them), then the outputs, and declares the template
 arguments as constants. This script wraps each body the same way, for the
 template values the server uses, and compiles it to PTX, so a syntax or
 type error shows here and not on a device. It does not run the kernels:
@@ -55,6 +55,8 @@ def wrap(body, inputs, outputs, consts):
         params.append(f"const {CTYPE[dtype]}* {name}")
         if name + "_shape" in body:
             params.append(f"const __grid_constant__ Shape {name}_shape")
+        if name + "_ndim" in body:
+            params.append(f"const __grid_constant__ int {name}_ndim")
     params += [f"{CTYPE[dtype]}* {name}" for name, dtype in outputs]
     decl = []
     for name, value in consts:
