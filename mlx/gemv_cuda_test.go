@@ -91,6 +91,23 @@ func affineReference(f *Frame, x, w, scales, biases Array, n, k, group, bits int
 	return ref, mag
 }
 
+// affineInputs is a case of an affine kernel's test: random weights [n, k]
+// quantized by MLX on the CPU (cf) in bits-bit groups of group, scales and
+// biases as scaleType, used by the GPU; and rows rows of activations of
+// type xType on f's stream twice, x and xOff, a view that starts 3
+// elements into its buffer, off any 16-byte boundary. All are evaluated.
+func affineInputs(t *testing.T, f, cf *Frame, rng *rand.Rand, n, k, group, bits int, scaleType, xType Dtype, rows int, name string) (w, scales, biases, x, xOff Array) {
+	t.Helper()
+	w, scales, biases = quantized(cf, rng, n, k, group, bits, scaleType)
+	flat := f.AsType(randomRows(f, rng, 1, rows*k+3), xType)
+	x = f.Reshape(f.Slice(flat, []int{0, 0}, []int{1, rows * k}), rows, k)
+	xOff = f.Reshape(f.Slice(flat, []int{0, 3}, []int{1, rows*k + 3}), rows, k)
+	if err := errors.Join(cf.Eval(w, scales, biases), f.Eval(x, xOff)); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return w, scales, biases, x, xOff
+}
+
 // kernelProduct is AffineLinear of x's first m rows, which must run as one
 // custom kernel (what names the case), as float32s.
 func kernelProduct(t *testing.T, f *Frame, x Array, m int, w, scales, biases Array, group, bits int, what string) []float32 {
@@ -137,20 +154,11 @@ func TestAffineGemvCUDA(t *testing.T) {
 			func() {
 				f := NewFrame(s)
 				defer f.Free()
-				// Quantized by MLX on the CPU, used by the GPU.
 				cpu := CPU()
 				defer cpu.Free()
 				cf := NewFrame(cpu)
 				defer cf.Free()
-				w, sc, bi := quantized(cf, rng, c.n, c.k, c.group, c.bits, c.scales)
-				// 8 rows in a buffer 3 elements longer: the view from
-				// element 3 starts off any 16-byte boundary.
-				flat := f.AsType(randomRows(f, rng, 1, 8*c.k+3), c.x)
-				x := f.Reshape(f.Slice(flat, []int{0, 0}, []int{1, 8 * c.k}), 8, c.k)
-				xOff := f.Reshape(f.Slice(flat, []int{0, 3}, []int{1, 8*c.k + 3}), 8, c.k)
-				if err := errors.Join(cf.Eval(w, sc, bi), f.Eval(x, xOff)); err != nil {
-					t.Fatalf("%s: %v", name, err)
-				}
+				w, sc, bi, x, xOff := affineInputs(t, f, cf, rng, c.n, c.k, c.group, c.bits, c.scales, c.x, 8, name)
 				ref, mag := affineReference(f, x, w, sc, bi, c.n, c.k, c.group, c.bits, nil)
 				refOff, magOff := affineReference(f, xOff, w, sc, bi, c.n, c.k, c.group, c.bits, nil)
 				run := func(x Array, m int, shape string) []float32 {

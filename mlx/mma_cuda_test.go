@@ -1,7 +1,6 @@
 package mlx
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -52,13 +51,7 @@ func TestAffineMmaCUDA(t *testing.T) {
 				defer cpu.Free()
 				cf := NewFrame(cpu)
 				defer cf.Free()
-				w, sc, bi := quantized(cf, rng, c.n, c.k, c.group, 4, c.x)
-				flat := f.AsType(randomRows(f, rng, 1, rows*c.k+3), c.x)
-				x := f.Reshape(f.Slice(flat, []int{0, 0}, []int{1, rows * c.k}), rows, c.k)
-				xOff := f.Reshape(f.Slice(flat, []int{0, 3}, []int{1, rows*c.k + 3}), rows, c.k)
-				if err := errors.Join(cf.Eval(w, sc, bi), f.Eval(x, xOff)); err != nil {
-					t.Fatalf("%s: %v", name, err)
-				}
+				w, sc, bi, x, xOff := affineInputs(t, f, cf, rng, c.n, c.k, c.group, 4, c.x, c.x, rows, name)
 				round := func(v float64) float64 { return roundTo(v, c.mant, c.exp) }
 				// The matrix-vector kernel off: the product's one custom
 				// kernel is the tensor-core kernel.

@@ -1307,9 +1307,10 @@ struct GemvShape {
 };
 
 // MmaShape is how the tensor-core kernel splits its work: W warps a block
-// (splitting K), U chunks a warp loads before using them; and the most
-// rows of x it takes (Rows, at most 32), beyond which the kernels above
-// or MLX's quantized matmul run.
+// (splitting K), U chunks a warp loads at a time (a stage), PF 1 to load a
+// warp's next stage while it computes one; and the most rows of x it takes
+// (Rows, at most 32), beyond which the kernels above or MLX's quantized
+// matmul run.
 struct MmaShape {
   int W = 4, U = 4, PF = 0, Rows = 32;
 };
@@ -1380,23 +1381,27 @@ GemvConfig read_gemv_config() {
 std::mutex g_gemv_mu;
 std::optional<GemvConfig> g_gemv;
 
-GemvConfig gemv_config() {
-  std::lock_guard<std::mutex> lock(g_gemv_mu);
+// gemv_setting is the setting, read if it has not been; the caller holds
+// g_gemv_mu.
+GemvConfig& gemv_setting() {
   if (!g_gemv) {
     g_gemv = read_gemv_config();
   }
   return *g_gemv;
 }
 
+GemvConfig gemv_config() {
+  std::lock_guard<std::mutex> lock(g_gemv_mu);
+  return gemv_setting();
+}
+
 // set_mma turns the tensor-core kernel on or off until the environment is
 // read again, and reports the setting before.
 bool set_mma(bool on) {
   std::lock_guard<std::mutex> lock(g_gemv_mu);
-  if (!g_gemv) {
-    g_gemv = read_gemv_config();
-  }
-  const bool was = g_gemv->mma;
-  g_gemv->mma = on && mx::cu::is_available();
+  GemvConfig& c = gemv_setting();
+  const bool was = c.mma;
+  c.mma = on && mx::cu::is_available();
   return was;
 }
 

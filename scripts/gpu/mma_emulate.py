@@ -456,8 +456,7 @@ static double uniform() { return (next_u64() >> 11) * 0x1p-53; }
 
 struct Data {
   const char* type;
-  bool bf;
-  int G, N, K, W, U, misalign;
+  int N, K, misalign;
   std::vector<uint16_t> x, s, b;  // x: 17 rows of K
   std::vector<uint32_t> w;
 };
@@ -531,7 +530,7 @@ static std::vector<uint16_t> run(const Data& d) {
 
 template <class T, bool BF, int G, int W, int U, bool PF>
 static void check(const char* type, int N, int K, int misalign, uint64_t seed) {
-  Data d{type, BF, G, N, K, W, U, misalign, {}, {}, {}, {}};
+  Data d{type, N, K, misalign, {}, {}, {}, {}};
   rng_state = seed;
   d.x.resize((size_t)17 * K);
   for (auto& v : d.x) {
@@ -558,8 +557,8 @@ static void check(const char* type, int N, int K, int misalign, uint64_t seed) {
   for (int i = 0; i < 4; i++) {
     for (int j = 0; j < ms[i] * N; j++) {
       if (ys[i][j] != y17[j]) {
-        die("%s G=%d N=%d K=%d W:U=%d:%d: y[%d, %d] is 0x%04x with M=%d, 0x%04x with M=17", type, G, N, K, W, U, j / N,
-            j % N, ys[i][j], ms[i], y17[j]);
+        die("%s G=%d N=%d K=%d W:U:P=%d:%d:%d: y[%d, %d] is 0x%04x with M=%d, 0x%04x with M=17", type, G, N, K, W, U,
+            PF, j / N, j % N, ys[i][j], ms[i], y17[j]);
       }
     }
   }
