@@ -123,6 +123,8 @@ int mlx_async_eval(const mlx_vector_array outputs);
  * line (an op with several outputs once), into a malloc'd string the
  * caller frees; arrays already evaluated are not descended into. */
 int mlx_graph_primitives(char** res, const mlx_vector_array outputs);
+/* extension: whether a has been queued for evaluation (or evaluated). */
+int mlx_array_queued(bool* res, const mlx_array a);
 /* extension: evaluate outputs one primitive at a time, each eval waited for
    before the next (see EvalStepwise). */
 int mlx_eval_stepwise(const mlx_vector_array outputs);

@@ -136,6 +136,7 @@ func (m *Model) Forward(f *mlx.Frame, b *kvpool.Batch) mlx.Array {
 		g := m.gelu(f, l.gate.Linear(f, h))
 		mlp := l.down.Linear(f, f.Multiply(g, l.up.Linear(f, h)))
 		x = f.Add(x, f.RMSNorm(mlp, l.postFFNorm.W, c.NormEps))
+		f.DispatchLayer(li, x)
 	}
 	x = f.Take(x, b.SampleIndex(), 1)
 	x = f.RMSNorm(x, m.norm.W, c.NormEps)

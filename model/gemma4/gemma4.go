@@ -177,6 +177,7 @@ func (m *Model) Forward(f *mlx.Frame, b *kvpool.Batch) mlx.Array {
 			x = f.Add(x, f.RMSNorm(l.inProj.Linear(f, g), l.inNorm2.W, c.NormEps))
 		}
 		x = f.Multiply(x, l.scalar.W)
+		f.DispatchLayer(li, x)
 	}
 	x = f.Take(x, b.SampleIndex(), 1)
 	x = f.RMSNorm(x, m.norm.W, c.NormEps)

@@ -258,6 +258,7 @@ func (m *Model) Forward(f *mlx.Frame, b *kvpool.Batch) mlx.Array {
 		l := &m.layers[li]
 		x = f.Add(x, m.attention(f, l, li, f.RMSNorm(x, l.inNorm.W, c.NormEps), b))
 		x = f.Add(x, m.mixture(f, l, f.RMSNorm(x, l.postNorm.W, c.NormEps)))
+		f.DispatchLayer(li, x)
 	}
 	x = f.Take(x, b.SampleIndex(), 1)
 	x = f.RMSNorm(x, m.norm.W, c.NormEps)

@@ -132,3 +132,30 @@ func decodeGreedy(t *testing.T, s mlx.Stream, cfg model.Config, net *llama.Model
 	}
 	return run
 }
+
+// TestDispatchedLayersSameLogitsCUDA decodes four rows greedily on a GPU
+// with the checkpoint PROVIDER_BENCH_MODEL names, evaluated at each
+// step's end and queued each 1 and 4 layers (mlx.SetDispatchLayers): the
+// same graph, so every logit must be the same float.
+func TestDispatchedLayersSameLogitsCUDA(t *testing.T) {
+	path := os.Getenv("PROVIDER_BENCH_MODEL")
+	if path == "" {
+		t.Skip("NEEDS PROVIDER_BENCH_MODEL (a Llama checkpoint) and a CUDA device: layers queued during a step are untested here")
+	}
+	d := loadOnDevice(t, path)
+	d.th.Do(func() {
+		defer mlx.SetDispatchLayers(mlx.SetDispatchLayers(0))
+		prompts := []int{120, 57, 33, 9}
+		want := decodeGreedy(t, d.s, d.cfg, d.net, prompts, 8)
+		for _, every := range []int{1, 4} {
+			mlx.SetDispatchLayers(every)
+			got := decodeGreedy(t, d.s, d.cfg, d.net, prompts, 8)
+			for i := range want.logits {
+				if got.logits[i] != want.logits[i] {
+					t.Fatalf("queued each %d layers: logit %d is %v, %v evaluated at the step's end", every, i, got.logits[i], want.logits[i])
+				}
+			}
+			t.Logf("queued each %d layers: %d logits the same", every, len(want.logits))
+		}
+	})
+}

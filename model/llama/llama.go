@@ -126,6 +126,7 @@ func (m *Model) Forward(f *mlx.Frame, b *kvpool.Batch) mlx.Array {
 		}
 		h = m.rmsNorm(f, x, l.mlpNorm)
 		x = f.Add(x, l.down.Linear(f, m.swiGLU(f, l, h)))
+		f.DispatchLayer(li, x)
 	}
 	if !c.ReferenceNumerics {
 		x = f.Take(x, b.SampleIndex(), 1)

@@ -136,8 +136,13 @@ func benchDecodeStep(b *testing.B, s mlx.Stream, cfg model.Config, net *llama.Mo
 	}
 	ids := step(pre, false)
 	next := func() []kvpool.Row { return decodeRows(seqs, ids) }
+	// Counted whole: no layer queued (and run) before the count.
+	prev := mlx.SetDispatchLayers(0)
 	ids = step(next(), true)
+	mlx.SetDispatchLayers(prev)
 	if !evaluate {
+		// Building alone: no layer queued for the device on the way.
+		defer mlx.SetDispatchLayers(mlx.SetDispatchLayers(0))
 		b.ResetTimer()
 		for range b.N {
 			f := mlx.NewFrame(s)
