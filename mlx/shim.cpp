@@ -933,12 +933,8 @@ mx::array sink_logits(const mlx_array sinks, int heads, const mlx_stream s) {
 // within one group (G is a multiple of its values), so a chunk adds
 // s * sum(x * q) + b * sum(x), the sum of x shared by the R rows. A value
 // becomes a float through its bits (0x4B000000 | q is 2^23 + q), not a
-// conversion instruction. With S above 1, S warps split each warp's rows'
-// chunks (warp s of them takes the turns s, s + S, ...), and the first
-// adds their sums in the order s = 0 .. S - 1 through shared memory: more
-// warps, each with fewer turns, for products with few outputs. Each of the
-// M rows runs the same sums in the same order whatever M is, so a row's
-// floats do not depend on its batch.
+// conversion instruction. Each of the M rows runs the same sums in the same
+// order whatever M is, so a row's floats do not depend on its batch.
 constexpr const char* kAffineGemv = R"(
   constexpr int PER = 32 / BITS;
   constexpr int VALS = 4 * PER;
@@ -949,10 +945,8 @@ constexpr const char* kAffineGemv = R"(
   const int chunks = K / VALS;
   const int groups = K / G;
   const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  const int part = warp % S;
-  const int n0 = (blockIdx.x * ((blockDim.x >> 5) / S) + warp / S) * R;
-  if (S == 1 && n0 >= N) {
+  const int n0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * R;
+  if (n0 >= N) {
     return;
   }
   const bool xaligned = (reinterpret_cast<size_t>(x) & 15) == 0;
@@ -970,12 +964,12 @@ constexpr const char* kAffineGemv = R"(
       acc[m][r] = 0.f;
     }
   }
-  for (int c0 = 32 * part + lane; c0 < chunks; c0 += 32 * S * U) {
+  for (int c0 = lane; c0 < chunks; c0 += 32 * U) {
     uint4 wv[U][R];
     float sc[U][R], bi[U][R];
 #pragma unroll
     for (int u = 0; u < U; u++) {
-      const int c = c0 + 32 * S * u;
+      const int c = c0 + 32 * u;
 #pragma unroll
       for (int r = 0; r < R; r++) {
         if (c < chunks) {
@@ -992,7 +986,7 @@ constexpr const char* kAffineGemv = R"(
     }
 #pragma unroll
     for (int u = 0; u < U; u++) {
-      const int c = c0 + 32 * S * u;
+      const int c = c0 + 32 * u;
       if (c >= chunks) {
         break;
       }
@@ -1060,34 +1054,6 @@ constexpr const char* kAffineGemv = R"(
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) {
         acc[m][r] += __shfl_xor_sync(0xffffffff, acc[m][r], o);
-      }
-    }
-  }
-  if (S > 1) {
-    // The S warps' sums, added by the first in a fixed order.
-    __shared__ float parts[32 * M * R];
-    if (lane == 0) {
-#pragma unroll
-      for (int m = 0; m < M; m++) {
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-          parts[(warp * M + m) * R + r] = acc[m][r];
-        }
-      }
-    }
-    __syncthreads();
-    if (part != 0 || n0 >= N) {
-      return;
-    }
-#pragma unroll
-    for (int m = 0; m < M; m++) {
-#pragma unroll
-      for (int r = 0; r < R; r++) {
-        float sum = parts[(warp * M + m) * R + r];
-        for (int p = 1; p < S; p++) {
-          sum += parts[((warp + p) * M + m) * R + r];
-        }
-        acc[m][r] = sum;
       }
     }
   }
@@ -1338,30 +1304,11 @@ constexpr const char* kAffineMma = R"(
 
 // GemvShape is how the affine matrix-vector kernel splits its work: R
 // output rows a warp, U chunks a lane loads before using them, W warps a
-// block of threads, S warps splitting each warp's share of K (0: chosen by
-// gemv_split); and the most rows of x it takes (Rows, at most 8), beyond
-// which MLX's quantized matmul runs.
+// block of threads; and the most rows of x it takes (Rows, at most 8),
+// beyond which MLX's quantized matmul runs.
 struct GemvShape {
-  int R = 2, U = 4, W = 4, S = 0, Rows = 4;
+  int R = 2, U = 4, W = 4, Rows = 4;
 };
-
-// gemv_split is how many warps split K for a product of N outputs and
-// `chunks` chunks a row, when the setting leaves it open: doubled, up to 4,
-// while the product has fewer than 8192 warps (an H100 holds about 8,000
-// at the kernel's registers) and each lane keeps two or more chunks a row.
-// It depends on the product's shape, never on its rows, so a row's floats
-// do not depend on its batch.
-int gemv_split(const GemvShape& g, int64_t N, int64_t chunks) {
-  if (g.S > 0) {
-    return g.S;
-  }
-  const int64_t warps = (N + g.R - 1) / g.R;
-  int s = 1;
-  while (s < 4 && warps * s < 8192 && chunks >= 32 * 2 * (2 * s)) {
-    s *= 2;
-  }
-  return s;
-}
 
 // MmaShape is how the tensor-core kernel splits its work: W warps a block
 // (splitting K), U chunks a warp loads at a time (a stage), PF 1 to load a
@@ -1408,10 +1355,9 @@ GemvConfig read_gemv_config() {
   if (v != nullptr && std::strcmp(v, "0") == 0) {
     c.on = false;
   } else if (v != nullptr && *v != '\0' && std::strcmp(v, "1") != 0 &&
-             (std::sscanf(v, "%d:%d:%d:%d", &g.R, &g.U, &g.W, &g.S) < 3 || g.R < 1 || g.R > 8 || g.U < 1 || g.U > 8 ||
-              g.W < 1 || g.W > 32 || g.S < 0 || g.S > 8)) {
-    c.error = "PROVIDER_GPU_QMV: want 0, 1 or R:U:W[:S] (rows a warp 1-8, chunks in flight 1-8, warps 1-32, "
-              "warps splitting K 1-8, 0 chosen by shape)";
+             (std::sscanf(v, "%d:%d:%d", &g.R, &g.U, &g.W) != 3 || g.R < 1 || g.R > 8 || g.U < 1 || g.U > 8 ||
+              g.W < 1 || g.W > 32)) {
+    c.error = "PROVIDER_GPU_QMV: want 0, 1 or R:U:W (rows a warp 1-8, chunks in flight 1-8, warps 1-32)";
   }
   MmaShape& m = c.mma_shape;
   if (const char* r = std::getenv("PROVIDER_GPU_QMMA_ROWS"); r != nullptr && *r != '\0') {
@@ -1783,21 +1729,11 @@ std::optional<mx::array> cuda_affine_gemv(const mx::array& x, const mx::array& w
   const int M = static_cast<int>(rows);
   static auto kernel = mx::fast::cuda_kernel("affine_gemv", {"x", "w", "scales", "biases"}, {"y"}, kAffineGemv, "",
                                              /*ensure_row_contiguous=*/true);
-  // S warps take each R outputs; a block holds whole groups of S.
-  const int S = gemv_split(g, N, K / vals);
-  const int W = (std::max(g.W, S) + S - 1) / S * S;
-  const int64_t warps = (N + g.R - 1) / g.R * S;
-  const int64_t blocks = (warps + W - 1) / W;
+  const int64_t warps = (N + g.R - 1) / g.R;
+  const int64_t blocks = (warps + g.W - 1) / g.W;
   auto out = launch(kernel, {x, w, scales, biases}, {shape}, {x.dtype()},
-                    {static_cast<int>(blocks * W * 32), 1, 1}, {W * 32, 1, 1},
-                    {{"T", x.dtype()},
-                     {"BITS", bits},
-                     {"G", group_size},
-                     {"M", M},
-                     {"R", g.R},
-                     {"U", g.U},
-                     {"S", S}},
-                    st);
+                    {static_cast<int>(blocks * g.W * 32), 1, 1}, {g.W * 32, 1, 1},
+                    {{"T", x.dtype()}, {"BITS", bits}, {"G", group_size}, {"M", M}, {"R", g.R}, {"U", g.U}}, st);
   return out[0];
 }
 

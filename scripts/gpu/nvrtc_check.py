@@ -112,10 +112,10 @@ def main():
                               [("T", t), ("D", d), ("HAS_SINKS", sinks)]))
     for t, st in (("float16", "float16"), ("bfloat16", "bfloat16"), ("float32", "float16")):
         for bits in (4, 8):
-            for m, r, u, split in ((1, 2, 4, 1), (1, 2, 4, 4), (8, 2, 4, 2), (3, 1, 8, 1), (8, 8, 8, 8)):
-                cases.append((f"affine_gemv {t} bits={bits} M={m} R={r} U={u} S={split}", "kAffineGemv",
+            for m, r, u in ((1, 2, 4), (8, 2, 4), (3, 1, 8)):
+                cases.append((f"affine_gemv {t} bits={bits} M={m} R={r} U={u}", "kAffineGemv",
                               [("x", t), ("w", "uint32"), ("scales", st), ("biases", st)], [("y", t)],
-                              [("T", t), ("BITS", bits), ("G", 64), ("M", m), ("R", r), ("U", u), ("S", split)]))
+                              [("T", t), ("BITS", bits), ("G", 64), ("M", m), ("R", r), ("U", u)]))
     for t in ("float16", "bfloat16"):
         for nt, g, w, u, pf in ((1, 64, 4, 4, False), (1, 32, 4, 4, True), (2, 128, 1, 2, False), (4, 64, 8, 4, True)):
             cases.append((f"affine_mma {t} NT={nt} G={g} W={w} U={u} PF={pf}", "kAffineMma",
