@@ -23,8 +23,8 @@ import (
 // DefaultDispatchLayers is how many layers a CUDA step builds before it
 // queues them, unless PROVIDER_GPU_DISPATCH_LAYERS says otherwise (0 never
 // queues before the step's end). On an H100, a one-row 7B step took 4.0 to
-// 4.3 ms queued each 2 layers, 4.6 each 8, and 5.3 to 6.2 unqueued
-// (bench/results/dispatch-nvidia-h100-2026-12-06).
+// 4.3 ms queued each 2 layers (each 4 within the noise of it), 4.6 each 8,
+// and 5.3 to 6.2 unqueued (bench/results/dispatch-nvidia-h100-2026-12-06).
 const DefaultDispatchLayers = 2
 
 var (
