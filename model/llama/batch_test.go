@@ -38,6 +38,27 @@ func runSteps(tb testing.TB, l *loaded, prompts [][]int32, steps int, next func(
 	return all
 }
 
+// encodePrompts is each text's tokens, special tokens added.
+func encodePrompts(l *loaded, texts ...string) [][]int32 {
+	prompts := make([][]int32, len(texts))
+	for i, s := range texts {
+		prompts[i] = l.m.Tokenizer.Encode(s, tokenizer.EncodeOptions{AddSpecial: true})
+	}
+	return prompts
+}
+
+// fixedTokens is runSteps' next for rows that take, after their prompts,
+// the same fixed token per row and step whatever the logits.
+func fixedTokens(rows int) func(int, []float32) [][]int32 {
+	return func(s int, _ []float32) [][]int32 {
+		next := make([][]int32, rows)
+		for i := range next {
+			next[i] = []int32{int32(100 + s + i)}
+		}
+		return next
+	}
+}
+
 // greedy runs rows together (runSteps), each decoding its argmax.
 func greedy(tb testing.TB, l *loaded, prompts [][]int32, steps int) [][]int32 {
 	tb.Helper()
@@ -73,11 +94,7 @@ func TestBatchedForwardEqualsAlone(t *testing.T) {
 			if tc.adjust != nil && mlx.CPUInt8() && !l.w.Get("model.layers.0.mlp.up_proj.weight").Packed {
 				t.Fatal("8-bit activations on a processor with VNNI, but the weights were not packed")
 			}
-			var prompts [][]int32
-			for _, s := range []string{"Once upon a time", "The cat", "A long time ago in a small town there lived a boy who", "Hi"} {
-				ids := l.m.Tokenizer.Encode(s, tokenizer.EncodeOptions{AddSpecial: true})
-				prompts = append(prompts, ids)
-			}
+			prompts := encodePrompts(l, "Once upon a time", "The cat", "A long time ago in a small town there lived a boy who", "Hi")
 			together := greedy(t, l, prompts, tc.steps)
 			for i, p := range prompts {
 				alone := greedy(t, l, [][]int32{p}, tc.steps)[0]

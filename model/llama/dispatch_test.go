@@ -5,7 +5,6 @@ import (
 
 	"github.com/goprovider/provider/mlx"
 	"github.com/goprovider/provider/model"
-	"github.com/goprovider/provider/tokenizer"
 )
 
 // A step queued every few layers (mlx.Frame.DispatchLayer, on by default
@@ -15,20 +14,10 @@ import (
 // runs the queued parts on its own thread while this one builds the rest.
 func TestDispatchedLayersSameLogits(t *testing.T) {
 	l := loadWith(t, smolPath, func(c *model.Config) { c.ReferenceNumerics, c.Int8Activations = false, false })
-	var prompts [][]int32
-	for _, s := range []string{"Once upon a time", "The cat sat on", "Hi"} {
-		prompts = append(prompts, l.m.Tokenizer.Encode(s, tokenizer.EncodeOptions{AddSpecial: true}))
-	}
-	fixed := func(s int, _ []float32) [][]int32 {
-		next := make([][]int32, len(prompts))
-		for i := range next {
-			next[i] = []int32{int32(100 + s + i)}
-		}
-		return next
-	}
+	prompts := encodePrompts(l, "Once upon a time", "The cat sat on", "Hi")
 	run := func(every int) [][]float32 {
 		defer mlx.SetDispatchLayers(mlx.SetDispatchLayers(every))
-		return runSteps(t, l, prompts, 5, fixed)
+		return runSteps(t, l, prompts, 5, fixedTokens(len(prompts)))
 	}
 	want := run(0)
 	// Every layer, a group that does not divide the layers, and one group

@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/goprovider/provider/model"
-	"github.com/goprovider/provider/tokenizer"
 )
 
 // TestFusedProjectionsMatchSeparate runs SmolLM2 with its q/k/v and
@@ -44,24 +43,11 @@ func TestFusedProjectionsMatchSeparate(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	var prompts [][]int32
-	for _, s := range []string{"Once upon a time", "The cat sat on", "Hi"} {
-		prompts = append(prompts, joined.m.Tokenizer.Encode(s, tokenizer.EncodeOptions{AddSpecial: true}))
-	}
-	// After the prompts, the same fixed token per row and step.
-	fixed := func(rows int) func(int, []float32) [][]int32 {
-		return func(s int, _ []float32) [][]int32 {
-			next := make([][]int32, rows)
-			for i := range next {
-				next[i] = []int32{int32(100 + s + i)}
-			}
-			return next
-		}
-	}
+	prompts := encodePrompts(joined, "Once upon a time", "The cat sat on", "Hi")
 	// Three rows, then one alone (a lone token rotates q's and k's heads
 	// in one call).
 	for _, ps := range [][][]int32{prompts, prompts[:1]} {
-		a, b := runSteps(t, apart, ps, 6, fixed(len(ps))), runSteps(t, joined, ps, 6, fixed(len(ps)))
+		a, b := runSteps(t, apart, ps, 6, fixedTokens(len(ps))), runSteps(t, joined, ps, 6, fixedTokens(len(ps)))
 		for s := range a {
 			for i := range a[s] {
 				if a[s][i] != b[s][i] {
