@@ -14,7 +14,7 @@
 #   bash scripts/gpu/session.sh pace     # one machine: the bare step, then served c=1 TPOT per server setting
 #   bash scripts/gpu/session.sh trace    # device timelines (ktrace): our step, mlx-lm's, our server's at c=1
 #   SETTINGS="- MLX_MAX_OPS_PER_BUFFER=200" bash scripts/gpu/session.sh mlxenv  # the step per MLX setting
-#   RUNS="a|rows1|50|VAR=1,VAR2=2|trace b|rows8|50||" bash scripts/gpu/session.sh runs  # named decode steps
+#   RUNS="a|rows1|50|VAR=1,VAR2=2|trace b|rows8|50||" [ROUNDS=3] bash scripts/gpu/session.sh runs  # named decode steps
 #   CASES="n4096_k4096/rows8/qmv0 n4096_k4096/rows8/qmv1" bash scripts/gpu/session.sh qmvtrace  # products' device time
 #   HPROF="build1:3000 rows1:500" bash scripts/gpu/session.sh hprof  # host samples of our step, then mlx-lm's
 #
@@ -309,7 +309,9 @@ runs)
 	# decode-step runs, each NAME|SUB-BENCHMARK|STEPS|VAR=VALUE,...|trace|BIN
 	# (the last three may be empty; "trace" records a timeline, cut into
 	# steps; BIN another test binary), each result copied to R as it
-	# comes, then mlx-lm's step.
+	# comes, then mlx-lm's step. With ROUNDS=N the list runs N times in
+	# turn, each name suffixed -1 .. -N: a step the host paces moves by
+	# up to 30 % between processes, so settings are compared in turn.
 	kvpool_test
 	cp "$D/kvpool.txt" "$R/"
 	checkpoint
@@ -317,7 +319,15 @@ runs)
 		cuda_test llama model/llama "$LLAMA_RUN" PROVIDER_BENCH_MODEL="$CKPT"
 		cp "$D/llama.txt" "$R/"
 	fi
-	for spec in $RUNS; do
+	rounds=${ROUNDS:-1}
+	specs=()
+	for round in $(seq 1 "$rounds"); do
+		for spec in $RUNS; do
+			[ "$rounds" = 1 ] || spec="${spec%%|*}-$round|${spec#*|}"
+			specs+=("$spec")
+		done
+	done
+	for spec in "${specs[@]}"; do
 		IFS='|' read -r name sub steps setting trace TESTBIN <<<"$spec"
 		setting_vars "$setting"
 		kt=()
