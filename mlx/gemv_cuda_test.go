@@ -112,7 +112,14 @@ func affineInputs(t *testing.T, f, cf *Frame, rng *rand.Rand, n, k, group, bits 
 // custom kernel (what names the case), as float32s.
 func kernelProduct(t *testing.T, f *Frame, x Array, m int, w, scales, biases Array, group, bits int, what string) []float32 {
 	t.Helper()
-	y := f.AffineLinear(f.Slice(x, []int{0, 0}, []int{m, x.Dim(1)}), w, scales, biases, group, bits)
+	out, _ := kernelFloats(t, f, f.AffineLinear(f.Slice(x, []int{0, 0}, []int{m, x.Dim(1)}), w, scales, biases, group, bits), what)
+	return out
+}
+
+// kernelFloats is a product y whose graph must hold one custom kernel (what
+// names the case), as float32s, and the primitives its graph held.
+func kernelFloats(t *testing.T, f *Frame, y Array, what string) ([]float32, map[string]int) {
+	t.Helper()
 	counts, err := GraphPrimitives(y)
 	if err != nil {
 		t.Fatalf("%s: %v", what, err)
@@ -124,7 +131,7 @@ func kernelProduct(t *testing.T, f *Frame, x Array, m int, w, scales, biases Arr
 	if err := f.Err(); err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
-	return out
+	return out, counts
 }
 
 // TestAffineGemvCUDA checks the CUDA affine matrix-vector kernel (what

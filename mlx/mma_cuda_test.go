@@ -89,16 +89,12 @@ func TestAffineMmaCUDA(t *testing.T) {
 				// test's own) and give the same floats.
 				setGemvEnv(t, "PROVIDER_GPU_QMMA", "1")
 				y3 := f.AffineLinear(f.Reshape(f.Slice(x, []int{0, 0}, []int{9, c.k}), 1, 9, c.k), w, sc, bi, c.group, 4)
-				counts, err := GraphPrimitives(y3)
-				if err != nil {
-					t.Fatalf("%s: %v", name, err)
+				got3, counts := kernelFloats(t, f, y3, name+": [1, 9, K]")
+				if counts["Reshape"] != 1 {
+					t.Fatalf("%s: [1, 9, K]: %v, want the test's one Reshape", name, counts)
 				}
-				if counts["CustomKernel"] != 1 || counts["Reshape"] != 1 {
-					t.Fatalf("%s: [1, 9, K]: %v, want one custom kernel and the test's one Reshape", name, counts)
-				}
-				got3 := f.ToFloat32s(y3)
-				if err := f.Err(); err != nil || len(got3) != 9*c.n {
-					t.Fatalf("%s: [1, 9, K]: %d outputs, %v", name, len(got3), err)
+				if len(got3) != 9*c.n {
+					t.Fatalf("%s: [1, 9, K]: %d outputs, want %d", name, len(got3), 9*c.n)
 				}
 				for i, g := range got3 {
 					if g != batch[i] {
