@@ -31,7 +31,7 @@ var (
 // onCUDAStream reports whether the frame's stream runs on MLX's CUDA
 // backend, where this file's kernels run (asked of MLX once a process).
 func (f *Frame) onCUDAStream() bool {
-	if f.s.IsCPU() {
+	if f.onCPU() {
 		return false
 	}
 	cudaOnce.Do(cudaInit)

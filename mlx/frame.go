@@ -26,10 +26,24 @@ type Frame struct {
 	// op made inside another's call from sharing it.
 	res  *C.mlx_array
 	inOp bool
+	// cpu caches whether s is a CPU stream (asked of MLX by several ops
+	// a layer): 0 not yet asked, 1 yes, 2 no.
+	cpu int8
 }
 
 // NewFrame starts a frame whose ops run on s.
 func NewFrame(s Stream) *Frame { return &Frame{s: s} }
+
+// onCPU reports whether the frame's stream is a CPU stream.
+func (f *Frame) onCPU() bool {
+	if f.cpu == 0 {
+		f.cpu = 2
+		if f.s.IsCPU() {
+			f.cpu = 1
+		}
+	}
+	return f.cpu == 1
+}
 
 // Err is the frame's first error.
 func (f *Frame) Err() error { return f.err }
@@ -309,7 +323,7 @@ func (f *Frame) SiLU(x Array) Array { return f.Multiply(x, f.Sigmoid(x)) }
 // kernel, on the CPU (float32) the package's vectorized one (fastcpu.cpp;
 // MLX's CPU sigmoid is scalar and was a sixth of a prefill step).
 func (f *Frame) SwiGLU(g, u Array) Array {
-	if f.s.IsCPU() {
+	if f.onCPU() {
 		return f.op("swiglu", func(r *C.mlx_array) C.int { return C.mlx_fast_cpu_swiglu(r, g.c, u.c, f.s.c) }, g, u)
 	}
 	return f.swigluCompiled(g, u)
