@@ -566,14 +566,14 @@ func (b *Batch) attend(li int, q, k, v mlx.Array, scale float32, sinks mlx.Array
 	H, D := q.Dim(1), q.Dim(2)
 	outs := make([]mlx.Array, len(gs.parts))
 	for i, part := range gs.parts {
+		// [R, KVHeads, L, HeadDim]: consecutive slots as one view of the
+		// pool [slots, KVHeads, HeadDim], others gathered.
 		keys := func(pool mlx.Array) mlx.Array {
-			var x mlx.Array
 			if part.from >= 0 {
-				x = f.Slice(pool, []int{part.from, 0, 0}, []int{part.from + part.R*part.L, l.KVHeads, l.HeadDim})
-			} else {
-				x = f.Take(pool, part.gather, 0)
+				kd := l.KVHeads * l.HeadDim
+				return f.ViewStrided(pool, []int{part.R, l.KVHeads, part.L, l.HeadDim}, []int{part.L * kd, l.HeadDim, kd, 1}, part.from*kd)
 			}
-			x = f.Reshape(x, part.R, part.L, l.KVHeads, l.HeadDim)
+			x := f.Reshape(f.Take(pool, part.gather, 0), part.R, part.L, l.KVHeads, l.HeadDim)
 			return f.Transpose(x, 0, 2, 1, 3)
 		}
 		qp := q

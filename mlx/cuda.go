@@ -6,6 +6,7 @@ package mlx
 import "C"
 
 import (
+	"fmt"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -153,3 +154,85 @@ func SetAffineMMA(on bool) bool { return bool(C.mlx_cuda_set_qmma(C.bool(on))) }
 // PROVIDER_GPU_QMV_ROWS again (they are read once otherwise): for tests
 // and benchmarks that change them between products.
 func reloadGemvEnv() { C.mlx_cuda_gemv_reload() }
+
+// SetFusedGemv turns the fused matrix-vector products (AffineLinearAdd,
+// AffineLinearSwiGLU and AffineLinearHeadsRoPE as one kernel each;
+// PROVIDER_GPU_QMV_FUSED) on or off for the next products and returns the
+// setting before: for tests and benchmarks that compare them with the
+// separate ops in one process.
+func SetFusedGemv(on bool) bool { return bool(C.mlx_cuda_set_qmv_fused(C.bool(on))) }
+
+// AffineLinearAdd is res + AffineLinear(x, w, scales, biases, groupSize,
+// bits), res shaped as the product (a residual connection). On a CUDA
+// stream, where the matrix-vector kernel takes the product (a few rows of
+// x), it is one kernel that adds as it stores, with the same floats as the
+// two ops; elsewhere it is the two ops.
+func (f *Frame) AffineLinearAdd(x, w, scales, biases Array, groupSize, bits int, res Array) Array {
+	if f.onCUDAStream() {
+		out, ok := f.fusedGemv("affine_gemv_add", 1, func(r *C.mlx_vector_array) C.int {
+			return C.mlx_cuda_affine_gemv_add(r, x.c, w.c, scales.c, biases.c, C.int(groupSize), C.int(bits), res.c, f.s.c)
+		}, x, w, scales, biases, res)
+		if ok {
+			return out[0]
+		}
+	}
+	return f.Add(res, f.AffineLinear(x, w, scales, biases, groupSize, bits))
+}
+
+// AffineLinearSwiGLU is SwiGLUHalves(AffineLinear(x, w, scales, biases,
+// groupSize, bits)) for a fused gate/up projection w: on a CUDA stream,
+// where the matrix-vector kernel takes the product and the layer kernels
+// are on, one kernel with the same floats as the two; elsewhere the two.
+func (f *Frame) AffineLinearSwiGLU(x, w, scales, biases Array, groupSize, bits int) Array {
+	if f.layerKernelsOn() {
+		out, ok := f.fusedGemv("affine_gemv_swiglu", 1, func(r *C.mlx_vector_array) C.int {
+			return C.mlx_cuda_affine_gemv_swiglu(r, x.c, w.c, scales.c, biases.c, C.int(groupSize), C.int(bits), f.s.c)
+		}, x, w, scales, biases)
+		if ok {
+			return out[0]
+		}
+	}
+	return f.SwiGLUHalves(f.AffineLinear(x, w, scales, biases, groupSize, bits))
+}
+
+// AffineLinearHeadsRoPE is HeadsRoPE(AffineLinear(x, w, scales, biases,
+// groupSize, bits), ...) for a fused q/k/v projection w: on a CUDA stream,
+// where the matrix-vector kernel takes the product and the layer kernels
+// are on, one kernel with the same floats as the two; elsewhere the two.
+func (f *Frame) AffineLinearHeadsRoPE(x, w, scales, biases Array, groupSize, bits, heads, kvHeads, headDim, dims int, traditional bool, base, scale float32, positions, freqs Array) (q, k, v Array) {
+	if f.layerKernelsOn() {
+		in := []Array{x, w, scales, biases, positions}
+		if freqs.Valid() {
+			in = append(in, freqs)
+		}
+		out, ok := f.fusedGemv("affine_gemv_heads_rope", 3, func(r *C.mlx_vector_array) C.int {
+			b := C.mlx_optional_float{value: C.float(base), has_value: C.bool(!freqs.Valid())}
+			return C.mlx_cuda_affine_gemv_heads_rope(r, x.c, w.c, scales.c, biases.c, C.int(groupSize), C.int(bits),
+				C.int(heads), C.int(kvHeads), C.int(headDim), C.int(dims), C.bool(traditional), b, C.float(scale),
+				positions.c, freqs.c, f.s.c)
+		}, in...)
+		if ok {
+			return out[0], out[1], out[2]
+		}
+	}
+	return f.HeadsRoPE(f.AffineLinear(x, w, scales, biases, groupSize, bits), heads, kvHeads, headDim, dims, traditional,
+		base, scale, positions, freqs)
+}
+
+// fusedGemv runs call, one of the fused matrix-vector products, which
+// makes want arrays, or none where its kernel does not take the product:
+// then ok is false and the frame unchanged, for the caller to build the
+// separate ops. A failed call fails the frame (ok true, empty arrays).
+func (f *Frame) fusedGemv(name string, want int, call func(res *C.mlx_vector_array) C.int, inputs ...Array) (out []Array, ok bool) {
+	out = f.vecAny(name, call, inputs...)
+	switch {
+	case f.err != nil:
+		return make([]Array, want), true
+	case len(out) == 0:
+		return nil, false
+	case len(out) != want:
+		f.err = fmt.Errorf("%s: %d results, want %d", name, len(out), want)
+		return make([]Array, want), true
+	}
+	return out, true
+}

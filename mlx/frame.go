@@ -148,20 +148,28 @@ func (f *Frame) ready(name string, inputs []Array) bool {
 
 // vec is op for a call that makes n arrays.
 func (f *Frame) vec(name string, call func(res *C.mlx_vector_array) C.int, n int, inputs ...Array) []Array {
-	out := make([]Array, n)
+	out := f.vecAny(name, call, inputs...)
+	if f.err == nil && len(out) != n {
+		f.err = fmt.Errorf("%s: %d results, want %d", name, len(out), n)
+	}
+	if f.err != nil {
+		return make([]Array, n)
+	}
+	return out
+}
+
+// vecAny is op for a call that makes any number of arrays (none on error).
+func (f *Frame) vecAny(name string, call func(res *C.mlx_vector_array) C.int, inputs ...Array) []Array {
 	if !f.ready(name, inputs) {
-		return out
+		return nil
 	}
 	v := C.mlx_vector_array_new()
 	defer C.mlx_vector_array_free(v)
 	if err := check(name, call(&v)); err != nil {
 		f.err = err
-		return out
+		return nil
 	}
-	if got := int(C.mlx_vector_array_size(v)); got != n {
-		f.err = fmt.Errorf("%s: %d results, want %d", name, got, n)
-		return out
-	}
+	out := make([]Array, int(C.mlx_vector_array_size(v)))
 	for i := range out {
 		res := C.mlx_array_new()
 		C.mlx_vector_array_get(&res, v, C.size_t(i))
@@ -469,6 +477,25 @@ func (f *Frame) Slice(a Array, start, stop []int) Array {
 	cs, ce, st := cShape(start), cShape(stop), cShape(strides)
 	return f.op("slice", func(r *C.mlx_array) C.int {
 		return C.mlx_slice(r, a.c, ptr(cs), C.size_t(len(cs)), ptr(ce), C.size_t(len(ce)), ptr(st), C.size_t(len(st)), f.s.c)
+	}, a)
+}
+
+// ViewStrided is a view of a's elements, a being row-contiguous when
+// evaluated (a fresh result, not a view itself): element i of the view is
+// a's element offset + sum(i[d] * strides[d]). One primitive, where a
+// slice, a reshape and a transpose would be three.
+func (f *Frame) ViewStrided(a Array, shape, strides []int, offset int) Array {
+	cs := cShape(shape)
+	st := make([]C.int64_t, len(strides))
+	for i, v := range strides {
+		st[i] = C.int64_t(v)
+	}
+	return f.op("view_strided", func(r *C.mlx_array) C.int {
+		var sp *C.int64_t
+		if len(st) > 0 {
+			sp = &st[0]
+		}
+		return C.mlx_view_strided(r, a.c, ptr(cs), C.size_t(len(cs)), sp, C.size_t(len(st)), C.size_t(offset), f.s.c)
 	}, a)
 }
 

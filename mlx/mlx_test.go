@@ -250,3 +250,45 @@ func TestAddMMIsLinearWithBias(t *testing.T) {
 		}
 	})
 }
+
+// TestViewStrided checks ViewStrided against the slice, reshape and
+// transpose it replaces (a pool's keys as attention reads them), on an
+// array that is itself a computation's result: the same floats from one
+// primitive. A view past the array's end is refused.
+func TestViewStrided(t *testing.T) {
+	onThread(t, func(s Stream) {
+		f := NewFrame(s)
+		defer f.Free()
+		const slots, kv, d, from, r, l = 40, 3, 8, 5, 2, 7
+		data := make([]float32, slots*kv*d)
+		for i := range data {
+			data[i] = float32(i)
+		}
+		pool := f.Add(f.Float32s(data, slots, kv, d), f.Scalar(1))
+		want := f.Transpose(f.Reshape(f.Slice(pool, []int{from, 0, 0}, []int{from + r*l, kv, d}), r, l, kv, d), 0, 2, 1, 3)
+		got := f.ViewStrided(pool, []int{r, kv, l, d}, []int{l * kv * d, d, kv * d, 1}, from*kv*d)
+		counts, err := GraphPrimitives(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if counts["AsStrided"] != 1 || counts["Add"] != 1 || counts["Transpose"]+counts["Slice"]+counts["Reshape"] != 0 {
+			t.Fatalf("view of a sum: %v, want one AsStrided over the Add", counts)
+		}
+		g, w := f.ToFloat32s(got), f.ToFloat32s(want)
+		if err := f.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if len(g) != r*kv*l*d || len(g) != len(w) {
+			t.Fatalf("%d floats, want %d", len(g), len(w))
+		}
+		for i := range g {
+			if g[i] != w[i] {
+				t.Fatalf("element %d: %v, want %v", i, g[i], w[i])
+			}
+		}
+		f.ViewStrided(pool, []int{r, kv, l, d}, []int{l * kv * d, d, kv * d, 1}, (slots-r*l+1)*kv*d)
+		if f.Err() == nil {
+			t.Fatal("a view past the array's end was not refused")
+		}
+	})
+}

@@ -184,6 +184,28 @@ int mlx_cuda_heads_rope(mlx_vector_array* res, const mlx_array y, int heads, int
 /* extension: silu(x[..., :F]) * x[..., F:] as one CUDA kernel (see
    Frame.SwiGLUHalves). */
 int mlx_cuda_swiglu_halves(mlx_array* res, const mlx_array x, const mlx_stream s);
+/* extension: residual + x @ dequantize(w).T as one CUDA kernel where the
+   affine matrix-vector kernel takes the product; otherwise res is left
+   empty (see Frame.AffineLinearAdd). */
+int mlx_cuda_affine_gemv_add(mlx_vector_array* res, const mlx_array x, const mlx_array w, const mlx_array scales,
+                             const mlx_array biases, int group_size, int bits, const mlx_array residual,
+                             const mlx_stream s);
+/* extension: silu and product of the halves of x @ dequantize(w).T as one
+   CUDA kernel, or res left empty (see Frame.AffineLinearSwiGLU). */
+int mlx_cuda_affine_gemv_swiglu(mlx_vector_array* res, const mlx_array x, const mlx_array w, const mlx_array scales,
+                                const mlx_array biases, int group_size, int bits, const mlx_stream s);
+/* extension: x @ dequantize(w).T split into heads and rotated as
+   mlx_cuda_heads_rope does, as one CUDA kernel, or res left empty (see
+   Frame.AffineLinearHeadsRoPE). */
+int mlx_cuda_affine_gemv_heads_rope(mlx_vector_array* res, const mlx_array x, const mlx_array w,
+                                    const mlx_array scales, const mlx_array biases, int group_size, int bits,
+                                    int heads, int kv_heads, int head_dim, int dims, bool traditional,
+                                    mlx_optional_float base, float scale, const mlx_array positions,
+                                    const mlx_array freqs, const mlx_stream s);
+/* extension: turns the fused products above on or off (what
+   PROVIDER_GPU_QMV_FUSED set) until the setting is read again; returns
+   the setting before. */
+bool mlx_cuda_set_qmv_fused(bool on);
 int mlx_tanh(mlx_array* res, const mlx_array a, const mlx_stream s);
 int mlx_erf(mlx_array* res, const mlx_array a, const mlx_stream s);
 int mlx_cos(mlx_array* res, const mlx_array a, const mlx_stream s);
@@ -211,6 +233,10 @@ int mlx_broadcast_to(mlx_array* res, const mlx_array a, const int* shape, size_t
 int mlx_concatenate_axis(mlx_array* res, const mlx_vector_array arrays, int axis, const mlx_stream s);
 int mlx_split(mlx_vector_array* res, const mlx_array a, int num_splits, int axis, const mlx_stream s);
 int mlx_slice(mlx_array* res, const mlx_array a, const int* start, size_t start_num, const int* stop, size_t stop_num, const int* strides, size_t strides_num, const mlx_stream s);
+/* extension: a view of a's elements (a row-contiguous array when
+   evaluated) with the given shape and strides, offset elements in: one
+   primitive, where mlx_as_strided makes two (it flattens a first). */
+int mlx_view_strided(mlx_array* res, const mlx_array a, const int* shape, size_t shape_num, const int64_t* strides, size_t strides_num, size_t offset, const mlx_stream s);
 int mlx_slice_update(mlx_array* res, const mlx_array src, const mlx_array update, const int* start, size_t start_num, const int* stop, size_t stop_num, const int* strides, size_t strides_num, const mlx_stream s);
 int mlx_take_axis(mlx_array* res, const mlx_array a, const mlx_array indices, int axis, const mlx_stream s);
 int mlx_take_along_axis(mlx_array* res, const mlx_array a, const mlx_array indices, int axis, const mlx_stream s);

@@ -5,6 +5,7 @@
 // exceptions and reports them through the installed error handler, so an MLX
 // error becomes a status code, never a process exit.
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -465,6 +466,34 @@ int mlx_slice(mlx_array* res, const mlx_array a, const int* start, size_t start_
   return guard([&] {
     set(res, mx::slice(arr(a), shape_of(start, start_num), shape_of(stop, stop_num),
                        shape_of(strides, strides_num), strm(s)));
+  });
+}
+
+int mlx_view_strided(mlx_array* res, const mlx_array a, const int* shape, size_t shape_num, const int64_t* strides,
+                     size_t strides_num, size_t offset, const mlx_stream s) {
+  return guard([&] {
+    const mx::array& aa = arr(a);
+    mx::Shape sh = shape_of(shape, shape_num);
+    mx::Strides st(strides, strides + strides_num);
+    int64_t last = static_cast<int64_t>(offset);
+    bool empty = false;
+    for (size_t i = 0; i < sh.size() && i < st.size(); i++) {
+      empty = empty || sh[i] == 0;
+      last += static_cast<int64_t>(std::max(sh[i] - 1, 0)) * st[i];
+    }
+    if (sh.size() != st.size() || std::any_of(sh.begin(), sh.end(), [](int d) { return d < 0; }) ||
+        std::any_of(st.begin(), st.end(), [](int64_t d) { return d < 0; }) ||
+        (!empty && last >= static_cast<int64_t>(aa.size()))) {
+      throw std::invalid_argument("view_strided: the view's shape and strides must match and stay within the array");
+    }
+    // MLX's as_strided flattens its input first (a Reshape primitive more
+    // for a multi-dimensional a) and the library does not export the
+    // primitive's constructor: its primitive is made over a one-element
+    // vector, which as_strided takes as it is, and put over a.
+    static const mx::array& one = *new mx::array({0.0f});
+    mx::Shape out = sh;
+    auto view = mx::as_strided(one, std::move(sh), std::move(st), offset, strm(s));
+    set(res, mx::array(std::move(out), aa.dtype(), view.primitive_ptr(), {aa}));
   });
 }
 
@@ -935,7 +964,7 @@ mx::array sink_logits(const mlx_array sinks, int heads, const mlx_stream s) {
 // becomes a float through its bits (0x4B000000 | q is 2^23 + q), not a
 // conversion instruction. Each of the M rows runs the same sums in the same
 // order whatever M is, so a row's floats do not depend on its batch.
-constexpr const char* kAffineGemv = R"(
+constexpr const char* kGemvHead = R"(
   constexpr int PER = 32 / BITS;
   constexpr int VALS = 4 * PER;
   constexpr unsigned MASK = (1u << BITS) - 1;
@@ -945,17 +974,26 @@ constexpr const char* kAffineGemv = R"(
   const int chunks = K / VALS;
   const int groups = K / G;
   const int lane = threadIdx.x & 31;
-  const int n0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * R;
+  const int warp = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  int rows[R];
+)";
+
+// The warp's rows: R consecutive outputs.
+constexpr const char* kGemvRows = R"(
+  const int n0 = warp * R;
   if (n0 >= N) {
     return;
   }
-  const bool xaligned = (reinterpret_cast<size_t>(x) & 15) == 0;
-  const uint4* wq = reinterpret_cast<const uint4*>(w);
-  int rows[R];
 #pragma unroll
   for (int r = 0; r < R; r++) {
     rows[r] = min(n0 + r, N - 1);
   }
+)";
+
+// The sums of the warp's R rows, acc[m][r] in every lane.
+constexpr const char* kGemvSums = R"(
+  const bool xaligned = (reinterpret_cast<size_t>(x) & 15) == 0;
+  const uint4* wq = reinterpret_cast<const uint4*>(w);
   float acc[M][R];
 #pragma unroll
   for (int m = 0; m < M; m++) {
@@ -1057,6 +1095,10 @@ constexpr const char* kAffineGemv = R"(
       }
     }
   }
+)";
+
+// y = the sums.
+constexpr const char* kGemvStore = R"(
   if (lane == 0) {
 #pragma unroll
     for (int m = 0; m < M; m++) {
@@ -1069,6 +1111,145 @@ constexpr const char* kAffineGemv = R"(
     }
   }
 )";
+
+constexpr const char* kAffineGemv[] = {kGemvHead, kGemvRows, kGemvSums, kGemvStore};
+
+// The fused products: the kernel's sums (the same floats, output for
+// output) and what the layer does next with them, done by the lane that
+// stores, each sum first rounded to T as the product alone would store
+// it. One kernel, and one primitive, where there were two.
+
+// y = res + the product (a residual connection), added in float.
+constexpr const char* kGemvStoreAdd = R"(
+  if (lane == 0) {
+#pragma unroll
+    for (int m = 0; m < M; m++) {
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        if (n0 + r < N) {
+          const size_t at = (size_t)m * N + n0 + r;
+          y[at] = static_cast<T>(static_cast<float>(static_cast<T>(acc[m][r])) + static_cast<float>(res[at]));
+        }
+      }
+    }
+  }
+)";
+
+// The warp's rows for a gate/up product of N = 2F outputs: R / 2 pairs
+// (p, F + p), one output each.
+constexpr const char* kGemvRowsHalves = R"(
+  constexpr int PR = R / 2;
+  const int F = N / 2;
+  const int p0 = warp * PR;
+  if (p0 >= F) {
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < PR; i++) {
+    const int p = min(p0 + i, F - 1);
+    rows[2 * i] = p;
+    rows[2 * i + 1] = F + p;
+  }
+)";
+
+// y [M, F] = silu(gate) * up, in float as kSwigluHalves computes it.
+constexpr const char* kGemvStoreSwiglu = R"(
+  if (lane == 0) {
+#pragma unroll
+    for (int m = 0; m < M; m++) {
+#pragma unroll
+      for (int i = 0; i < PR; i++) {
+        if (p0 + i < F) {
+          const float g = static_cast<float>(static_cast<T>(acc[m][2 * i]));
+          const float u = static_cast<float>(static_cast<T>(acc[m][2 * i + 1]));
+          y[(size_t)m * F + p0 + i] = static_cast<T>(g / (1.0f + expf(-g)) * u);
+        }
+      }
+    }
+  }
+)";
+
+// The warp's rows for a fused q/k/v product of (H + 2 KV) heads of D: R / 2
+// pairs, each two elements of one head that kHeadsRope rotates together
+// ((j, j + DIMS/2), or (2j, 2j + 1) when TRAD), or two it copies (past
+// DIMS, and every value head's).
+constexpr const char* kGemvRowsHeads = R"(
+  constexpr int PR = R / 2;
+  constexpr int HALF = D / 2;
+  constexpr int RH = DIMS / 2;
+  constexpr int PAIRS = (H + 2 * KV) * HALF;
+  const int p0 = warp * PR;
+  if (p0 >= PAIRS) {
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < PR; i++) {
+    const int p = min(p0 + i, PAIRS - 1);
+    const int hh = p / HALF;
+    const int j = p - hh * HALF;
+    int a = 2 * j, b = 2 * j + 1;
+    if (hh < H + KV && !TRAD) {
+      a = j < RH ? j : DIMS + 2 * (j - RH);
+      b = j < RH ? j + RH : a + 1;
+    }
+    rows[2 * i] = hh * D + a;
+    rows[2 * i + 1] = hh * D + b;
+  }
+)";
+
+// q [M, H, D], k and v [M, KV, D]: each pair rotated at its token's
+// position pos[m], or copied, as kHeadsRope does it.
+constexpr const char* kGemvStoreHeads = R"(
+  if (lane == 0) {
+#pragma unroll
+    for (int i = 0; i < PR; i++) {
+      const int p = p0 + i;
+      if (p >= PAIRS) {
+        continue;
+      }
+      const int hh = p / HALF;
+      const int j = p - hh * HALF;
+      const int a = rows[2 * i] - hh * D, b = rows[2 * i + 1] - hh * D;
+      const bool turn = hh < H + KV && j < RH;
+      float inv = 0.f;
+      if (turn) {
+        if (HAS_FREQS) {
+          inv = 1.0f / freqs[j];
+        } else {
+          inv = exp2f(-(static_cast<float>(j) / static_cast<float>(RH)) * __int_as_float(LOG2_BASE_BITS));
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < M; m++) {
+        T* dst;
+        if (hh < H) {
+          dst = q + ((size_t)m * H + hh) * D;
+        } else if (hh < H + KV) {
+          dst = k + ((size_t)m * KV + hh - H) * D;
+        } else {
+          dst = v + ((size_t)m * KV + hh - H - KV) * D;
+        }
+        const T ya = static_cast<T>(acc[m][2 * i]), yb = static_cast<T>(acc[m][2 * i + 1]);
+        if (!turn) {
+          dst[a] = ya;
+          dst[b] = yb;
+          continue;
+        }
+        const float theta = (__int_as_float(SCALE_BITS) * static_cast<float>(pos[m])) * inv;
+        double sd, cd;
+        sincos(static_cast<double>(theta), &sd, &cd);
+        const float c = static_cast<float>(cd), s = static_cast<float>(sd);
+        const float x1 = static_cast<float>(ya), x2 = static_cast<float>(yb);
+        dst[a] = static_cast<T>(x1 * c - x2 * s);
+        dst[b] = static_cast<T>(x1 * s + x2 * c);
+      }
+    }
+  }
+)";
+
+constexpr const char* kAffineGemvAdd[] = {kGemvHead, kGemvRows, kGemvSums, kGemvStoreAdd};
+constexpr const char* kAffineGemvSwiglu[] = {kGemvHead, kGemvRowsHalves, kGemvSums, kGemvStoreSwiglu};
+constexpr const char* kAffineGemvHeads[] = {kGemvHead, kGemvRowsHeads, kGemvSums, kGemvStoreHeads};
 
 // The affine-quantized product of a few rows on the tensor cores (CUDA,
 // compiled at run time by MLX): y [M, N] = x [M, K] @ dequantize(w).T for
@@ -1325,6 +1506,7 @@ struct MmaShape {
 struct GemvConfig {
   bool on = true;
   GemvShape shape;
+  bool fused = true;
   bool mma = true;
   MmaShape mma_shape;
   const char* error = nullptr;
@@ -1334,7 +1516,8 @@ struct GemvConfig {
 // shape, 0 for MLX's own quantized matmul, R:U:W for another shape
 // (benchmarks); and PROVIDER_GPU_QMV_ROWS, the most rows the kernel takes
 // (default 4: on an H100 it beats MLX's kernels at 1, 2 and 4 rows and
-// loses at 8). PROVIDER_GPU_QMMA: unset or 1 for the tensor-core kernel
+// loses at 8); PROVIDER_GPU_QMV_FUSED=0 keeps its products apart from
+// what the layer does next (see kAffineGemvAdd). PROVIDER_GPU_QMMA: unset or 1 for the tensor-core kernel
 // with the default shape, 0 for none, W:U[:P] for another shape (P 1
 // loads a warp's next stage while it computes one); it takes 2
 // to PROVIDER_GPU_QMMA_ROWS rows (default 32), and one row too when the
@@ -1350,6 +1533,13 @@ GemvConfig read_gemv_config() {
       c.error = "PROVIDER_GPU_QMV_ROWS: want 1 to 8";
       return c;
     }
+  }
+  if (const char* f = std::getenv("PROVIDER_GPU_QMV_FUSED"); f != nullptr && *f != '\0') {
+    if (std::strcmp(f, "0") != 0 && std::strcmp(f, "1") != 0) {
+      c.error = "PROVIDER_GPU_QMV_FUSED: want 0 or 1";
+      return c;
+    }
+    c.fused = *f == '1';
   }
   const char* v = std::getenv("PROVIDER_GPU_QMV");
   if (v != nullptr && std::strcmp(v, "0") == 0) {
@@ -1406,6 +1596,16 @@ bool set_mma(bool on) {
   GemvConfig& c = gemv_setting();
   const bool was = c.mma;
   c.mma = on && mx::cu::is_available();
+  return was;
+}
+
+// set_fused turns the fused matrix-vector products on or off until the
+// environment is read again, and reports the setting before.
+bool set_fused(bool on) {
+  std::lock_guard<std::mutex> lock(g_gemv_mu);
+  GemvConfig& c = gemv_setting();
+  const bool was = c.fused;
+  c.fused = on;
   return was;
 }
 
@@ -1569,6 +1769,73 @@ const mx::Stream& cuda_stream(const mlx_stream s, const char* op) {
   return st;
 }
 
+// AffineKernel is which of the project's kernels takes an affine
+// product: the matrix-vector kernel, the tensor-core kernel, or neither
+// (MLX's quantized matmul then does).
+enum class AffineKernel { none, gemv, mma };
+
+// affine_kernel is the kernel that takes x @ dequantize(w).T on stream st
+// under setting c: none off a CUDA stream, for a layout the kernels do
+// not take, or for more rows than they take. A malformed setting throws.
+AffineKernel affine_kernel(const GemvConfig& c, const mx::array& x, const mx::array& w, const mx::array& scales,
+                           const mx::array& biases, int group_size, int bits, const mx::Stream& st) {
+  if (st.device != mx::Device::gpu || (bits != 4 && bits != 8) || x.ndim() < 1 || w.ndim() != 2 ||
+      w.dtype() != mx::uint32 || scales.ndim() != 2 || scales.shape() != biases.shape() ||
+      scales.dtype() != biases.dtype()) {
+    return AffineKernel::none;
+  }
+  const int vals = 128 / bits;
+  const int64_t K = x.shape(-1), N = w.shape(0);
+  if (!float_type(x.dtype()) || !float_type(scales.dtype()) || K == 0 || K % vals != 0 || group_size < vals ||
+      group_size % vals != 0 || K % group_size != 0 || w.shape(1) * 32 / bits != K || scales.shape(0) != N ||
+      scales.shape(1) != K / group_size || x.size() == 0) {
+    return AffineKernel::none;
+  }
+  if (c.error != nullptr) {
+    throw std::invalid_argument(c.error);
+  }
+  const size_t rows = x.size() / K;
+  const MmaShape& mm = c.mma_shape;
+  if (c.mma && bits == 4 && (x.dtype() == mx::float16 || x.dtype() == mx::bfloat16) &&
+      scales.dtype() == x.dtype() && group_size % 32 == 0 && K % 128 == 0 && rows <= static_cast<size_t>(mm.Rows) &&
+      (rows > 1 || !c.on)) {
+    return AffineKernel::mma;
+  }
+  if (c.on && rows <= static_cast<size_t>(c.shape.Rows)) {
+    return AffineKernel::gemv;
+  }
+  return AffineKernel::none;
+}
+
+// gemv_launch runs fn, one of the matrix-vector kernels, over x's rows
+// (inputs[0]) and `outputs` outputs of w (N for the plain kernel, in
+// pairs for those that pair them), with template arguments beyond the
+// shared ones in more.
+std::vector<mx::array> gemv_launch(const mx::fast::CustomKernelFunction& fn, const std::vector<mx::array>& inputs,
+                                   std::vector<mx::Shape> shapes, const std::vector<mx::Dtype>& dtypes, int64_t outputs,
+                                   const GemvShape& g, int group_size, int bits,
+                                   std::vector<std::pair<std::string, mx::fast::TemplateArg>> more,
+                                   const mx::Stream& st) {
+  const mx::array& x = inputs[0];
+  const int M = static_cast<int>(x.size() / x.shape(-1));
+  const int64_t warps = (outputs + g.R - 1) / g.R;
+  const int64_t blocks = (warps + g.W - 1) / g.W;
+  std::vector<std::pair<std::string, mx::fast::TemplateArg>> targs{
+      {"T", x.dtype()}, {"BITS", bits}, {"G", group_size}, {"M", M}, {"R", g.R}, {"U", g.U}};
+  targs.insert(targs.end(), more.begin(), more.end());
+  return launch(fn, inputs, std::move(shapes), dtypes, {static_cast<int>(blocks * g.W * 32), 1, 1}, {g.W * 32, 1, 1},
+                targs, st);
+}
+
+// fused_gemv reports whether the matrix-vector kernel takes x @
+// dequantize(w).T fused with what follows it (pairs: two outputs of w
+// make one, which needs an even R).
+bool fused_gemv(const GemvConfig& c, const mx::array& x, const mx::array& w, const mx::array& scales,
+                const mx::array& biases, int group_size, int bits, const mx::Stream& st, bool pairs) {
+  return c.fused && (!pairs || c.shape.R % 2 == 0) &&
+         affine_kernel(c, x, w, scales, biases, group_size, bits, st) == AffineKernel::gemv;
+}
+
 }  // namespace
 
 int mlx_cuda_available(bool* res) {
@@ -1678,35 +1945,108 @@ int mlx_cuda_swiglu_halves(mlx_array* res, const mlx_array x, const mlx_stream s
   });
 }
 
+int mlx_cuda_affine_gemv_add(mlx_vector_array* res, const mlx_array x, const mlx_array w, const mlx_array scales,
+                             const mlx_array biases, int group_size, int bits, const mlx_array residual,
+                             const mlx_stream s) {
+  return guard([&] {
+    const mx::array &xa = arr(x), &wa = arr(w), &ra = arr(residual);
+    const mx::Stream& st = strm(s);
+    const GemvConfig c = gemv_config();
+    if (!fused_gemv(c, xa, wa, arr(scales), arr(biases), group_size, bits, st, false)) {
+      vec(*res).clear();
+      return;
+    }
+    mx::Shape shape = xa.shape();
+    shape.back() = wa.shape(0);
+    if (ra.shape() != shape || ra.dtype() != xa.dtype()) {
+      vec(*res).clear();
+      return;
+    }
+    static auto kernel = mx::fast::cuda_kernel("affine_gemv_add", {"x", "w", "scales", "biases", "res"}, {"y"},
+                                               kernel_source(kAffineGemvAdd), "", /*ensure_row_contiguous=*/true);
+    vec(*res) = gemv_launch(kernel, {xa, wa, arr(scales), arr(biases), ra}, {shape}, {xa.dtype()}, wa.shape(0),
+                            c.shape, group_size, bits, {}, st);
+  });
+}
+
+int mlx_cuda_affine_gemv_swiglu(mlx_vector_array* res, const mlx_array x, const mlx_array w, const mlx_array scales,
+                                const mlx_array biases, int group_size, int bits, const mlx_stream s) {
+  return guard([&] {
+    const mx::array &xa = arr(x), &wa = arr(w);
+    const mx::Stream& st = strm(s);
+    const GemvConfig c = gemv_config();
+    if (!fused_gemv(c, xa, wa, arr(scales), arr(biases), group_size, bits, st, true) || wa.shape(0) % 2 != 0) {
+      vec(*res).clear();
+      return;
+    }
+    static auto kernel = mx::fast::cuda_kernel("affine_gemv_swiglu", {"x", "w", "scales", "biases"}, {"y"},
+                                               kernel_source(kAffineGemvSwiglu), "", /*ensure_row_contiguous=*/true);
+    mx::Shape shape = xa.shape();
+    shape.back() = wa.shape(0) / 2;
+    vec(*res) = gemv_launch(kernel, {xa, wa, arr(scales), arr(biases)}, {shape}, {xa.dtype()}, wa.shape(0), c.shape,
+                            group_size, bits, {}, st);
+  });
+}
+
+int mlx_cuda_affine_gemv_heads_rope(mlx_vector_array* res, const mlx_array x, const mlx_array w,
+                                    const mlx_array scales, const mlx_array biases, int group_size, int bits,
+                                    int heads, int kv_heads, int head_dim, int dims, bool traditional,
+                                    mlx_optional_float base, float scale, const mlx_array positions,
+                                    const mlx_array freqs, const mlx_stream s) {
+  return guard([&] {
+    const mx::array &xa = arr(x), &wa = arr(w), &pa = arr(positions);
+    const mx::Stream& st = strm(s);
+    const GemvConfig c = gemv_config();
+    const bool has_freqs = freqs.ctx != nullptr;
+    const int64_t width = static_cast<int64_t>(heads + 2 * kv_heads) * head_dim;
+    // What mlx_cuda_heads_rope takes, for the rows the kernel takes.
+    if (!fused_gemv(c, xa, wa, arr(scales), arr(biases), group_size, bits, st, true) || heads < 1 || kv_heads < 1 ||
+        head_dim < 2 || head_dim % 2 != 0 || dims < 2 || dims % 2 != 0 || dims > head_dim || wa.shape(0) != width ||
+        pa.ndim() != 1 || static_cast<int64_t>(xa.size() / xa.shape(-1)) != pa.shape(0) ||
+        (has_freqs ? arr(freqs).size() != static_cast<size_t>(dims / 2) : !base.has_value)) {
+      vec(*res).clear();
+      return;
+    }
+    static auto kernel = mx::fast::cuda_kernel("affine_gemv_heads_rope",
+                                               {"x", "w", "scales", "biases", "pos", "freqs"}, {"q", "k", "v"},
+                                               kernel_source(kAffineGemvHeads), "", /*ensure_row_contiguous=*/true);
+    const int N = pa.shape(0), D = head_dim;
+    // Without freqs the kernel reads none.
+    mx::array f = has_freqs ? mx::astype(arr(freqs), mx::float32, st) : float_zeros(1, st);
+    vec(*res) = gemv_launch(kernel, {xa, wa, arr(scales), arr(biases), mx::astype(pa, mx::int32, st), f},
+                            {{N, heads, D}, {N, kv_heads, D}, {N, kv_heads, D}}, {xa.dtype(), xa.dtype(), xa.dtype()},
+                            width, c.shape, group_size, bits,
+                            {{"H", heads},
+                             {"KV", kv_heads},
+                             {"D", D},
+                             {"DIMS", dims},
+                             {"TRAD", traditional},
+                             {"HAS_FREQS", has_freqs},
+                             {"LOG2_BASE_BITS", float_bits(has_freqs ? 0.f : std::log2(base.value))},
+                             {"SCALE_BITS", float_bits(scale)}},
+                            st);
+  });
+}
+
+bool mlx_cuda_set_qmv_fused(bool on) { return set_fused(on); }
+
 namespace provider_host {
 
 std::optional<mx::array> cuda_affine_gemv(const mx::array& x, const mx::array& w, const mx::array& scales,
                                           const mx::array& biases, int group_size, int bits, const mx::Stream& st) {
-  if (st.device != mx::Device::gpu || (bits != 4 && bits != 8) || x.ndim() < 1 || w.ndim() != 2 ||
-      w.dtype() != mx::uint32 || scales.ndim() != 2 || scales.shape() != biases.shape() ||
-      scales.dtype() != biases.dtype()) {
-    return std::nullopt;
-  }
-  const int vals = 128 / bits;
-  const int64_t K = x.shape(-1), N = w.shape(0);
-  if (!float_type(x.dtype()) || !float_type(scales.dtype()) || K == 0 || K % vals != 0 || group_size < vals ||
-      group_size % vals != 0 || K % group_size != 0 || w.shape(1) * 32 / bits != K || scales.shape(0) != N ||
-      scales.shape(1) != K / group_size || x.size() == 0) {
-    return std::nullopt;
-  }
   const GemvConfig c = gemv_config();
-  if (c.error != nullptr) {
-    throw std::invalid_argument(c.error);
+  const AffineKernel kind = affine_kernel(c, x, w, scales, biases, group_size, bits, st);
+  if (kind == AffineKernel::none) {
+    return std::nullopt;
   }
   // x is read as M rows of K whatever its shape (row-contiguous, as the
   // kernels get it), and y takes x's shape with N for K: no reshapes.
+  const int64_t K = x.shape(-1), N = w.shape(0);
   const size_t rows = x.size() / K;
   mx::Shape shape = x.shape();
   shape.back() = static_cast<int>(N);
-  const MmaShape& mm = c.mma_shape;
-  if (c.mma && bits == 4 && (x.dtype() == mx::float16 || x.dtype() == mx::bfloat16) &&
-      scales.dtype() == x.dtype() && group_size % 32 == 0 && K % 128 == 0 && rows <= static_cast<size_t>(mm.Rows) &&
-      (rows > 1 || !c.on)) {
+  if (kind == AffineKernel::mma) {
+    const MmaShape& mm = c.mma_shape;
     static auto mma = mx::fast::cuda_kernel("affine_mma", {"x", "w", "scales", "biases"}, {"y"}, kAffineMma, "",
                                             /*ensure_row_contiguous=*/true);
     const int64_t tiles = (N + 15) / 16;
@@ -1722,19 +2062,9 @@ std::optional<mx::array> cuda_affine_gemv(const mx::array& x, const mx::array& w
                       st);
     return out[0];
   }
-  const GemvShape& g = c.shape;
-  if (!c.on || rows > static_cast<size_t>(g.Rows)) {
-    return std::nullopt;
-  }
-  const int M = static_cast<int>(rows);
-  static auto kernel = mx::fast::cuda_kernel("affine_gemv", {"x", "w", "scales", "biases"}, {"y"}, kAffineGemv, "",
-                                             /*ensure_row_contiguous=*/true);
-  const int64_t warps = (N + g.R - 1) / g.R;
-  const int64_t blocks = (warps + g.W - 1) / g.W;
-  auto out = launch(kernel, {x, w, scales, biases}, {shape}, {x.dtype()},
-                    {static_cast<int>(blocks * g.W * 32), 1, 1}, {g.W * 32, 1, 1},
-                    {{"T", x.dtype()}, {"BITS", bits}, {"G", group_size}, {"M", M}, {"R", g.R}, {"U", g.U}}, st);
-  return out[0];
+  static auto kernel = mx::fast::cuda_kernel("affine_gemv", {"x", "w", "scales", "biases"}, {"y"},
+                                             kernel_source(kAffineGemv), "", /*ensure_row_contiguous=*/true);
+  return gemv_launch(kernel, {x, w, scales, biases}, {shape}, {x.dtype()}, N, c.shape, group_size, bits, {}, st)[0];
 }
 
 }  // namespace provider_host

@@ -179,6 +179,43 @@ func (w *Weight) Linear(f *mlx.Frame, x mlx.Array) mlx.Array {
 	return y
 }
 
+// LinearAdd is res + Linear(x), res shaped as the product (a residual
+// connection): one kernel where mlx.Frame.AffineLinearAdd makes it one.
+func (w *Weight) LinearAdd(f *mlx.Frame, x, res mlx.Array) mlx.Array {
+	if w.plainAffine() {
+		return f.AffineLinearAdd(x, w.W, w.Scales, w.Biases, w.GroupSize, w.Bits, res)
+	}
+	return f.Add(res, w.Linear(f, x))
+}
+
+// LinearSwiGLU is SwiGLUHalves(Linear(x)) for a fused gate/up projection:
+// one kernel where mlx.Frame.AffineLinearSwiGLU makes it one.
+func (w *Weight) LinearSwiGLU(f *mlx.Frame, x mlx.Array) mlx.Array {
+	if w.plainAffine() {
+		return f.AffineLinearSwiGLU(x, w.W, w.Scales, w.Biases, w.GroupSize, w.Bits)
+	}
+	return f.SwiGLUHalves(w.Linear(f, x))
+}
+
+// LinearHeadsRoPE is HeadsRoPE(Linear(x), ...) for a fused q/k/v
+// projection: one kernel where mlx.Frame.AffineLinearHeadsRoPE makes it
+// one.
+func (w *Weight) LinearHeadsRoPE(f *mlx.Frame, x mlx.Array, heads, kvHeads, headDim, dims int, traditional bool, base, scale float32, positions, freqs mlx.Array) (q, k, v mlx.Array) {
+	if w.plainAffine() {
+		return f.AffineLinearHeadsRoPE(x, w.W, w.Scales, w.Biases, w.GroupSize, w.Bits, heads, kvHeads, headDim, dims,
+			traditional, base, scale, positions, freqs)
+	}
+	return f.HeadsRoPE(w.Linear(f, x), heads, kvHeads, headDim, dims, traditional, base, scale, positions, freqs)
+}
+
+// plainAffine reports whether Linear is mlx.Frame.AffineLinear alone: an
+// affine quantized weight with none of the reference, activation-block,
+// integer, packed or sharded variants.
+func (w *Weight) plainAffine() bool {
+	return w.Quantized() && (w.Mode == "" || w.Mode == "affine") && !w.Ref && w.ActBlock == 0 && !w.Int8 &&
+		!w.Packed && !w.Reduce.Valid() && !w.Gather.Valid()
+}
+
 // gatherLast concatenates y of every rank of g along its last axis, in
 // rank order.
 func gatherLast(f *mlx.Frame, y mlx.Array, g mlx.Group) mlx.Array {

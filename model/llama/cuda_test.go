@@ -159,3 +159,38 @@ func TestDispatchedLayersSameLogitsCUDA(t *testing.T) {
 		}
 	})
 }
+
+// TestFusedGemvSameLogitsCUDA decodes greedily on a GPU with the
+// checkpoint PROVIDER_BENCH_MODEL names, with the matrix-vector kernel's
+// products fused with the residual add, the SwiGLU and the q/k/v
+// rotation (mlx.SetFusedGemv) and kept apart: one row (the kernel's
+// default), then two with the tensor-core kernel off (the matrix-vector
+// kernel then takes both). The fused kernels round and compute as the ops
+// they replace, so every logit must be the same float.
+func TestFusedGemvSameLogitsCUDA(t *testing.T) {
+	path := os.Getenv("PROVIDER_BENCH_MODEL")
+	if path == "" {
+		t.Skip("NEEDS PROVIDER_BENCH_MODEL (a Llama checkpoint) and a CUDA device: the fused products are untested here")
+	}
+	d := loadOnDevice(t, path)
+	d.th.Do(func() {
+		defer mlx.SetFusedGemv(mlx.SetFusedGemv(true))
+		defer mlx.SetAffineMMA(mlx.SetAffineMMA(true))
+		for _, c := range []struct {
+			prompts []int
+			mma     bool
+		}{{[]int{120}, true}, {[]int{120, 57}, false}} {
+			mlx.SetAffineMMA(c.mma)
+			mlx.SetFusedGemv(false)
+			want := decodeGreedy(t, d.s, d.cfg, d.net, c.prompts, 8)
+			mlx.SetFusedGemv(true)
+			got := decodeGreedy(t, d.s, d.cfg, d.net, c.prompts, 8)
+			for i := range want.logits {
+				if got.logits[i] != want.logits[i] {
+					t.Fatalf("%d rows: logit %d is %v fused, %v apart", len(c.prompts), i, got.logits[i], want.logits[i])
+				}
+			}
+			t.Logf("%d rows: %d logits the same fused and apart", len(c.prompts), len(want.logits))
+		}
+	})
+}

@@ -118,14 +118,14 @@ func (m *Model) Forward(f *mlx.Frame, b *kvpool.Batch) mlx.Array {
 	for li := range m.layers {
 		l := &m.layers[li]
 		h := m.rmsNorm(f, x, l.attnNorm)
-		x = f.Add(x, m.attention(f, l, li, h, b))
+		x = m.attention(f, l, li, h, b, x)
 		if c.ReferenceNumerics && li == len(m.layers)-1 {
 			// llama.cpp drops the rows it does not output before the last
 			// feed-forward, whose F32 matmuls then sum in single-row order.
 			x = f.Take(x, b.SampleIndex(), 1)
 		}
 		h = m.rmsNorm(f, x, l.mlpNorm)
-		x = f.Add(x, l.down.Linear(f, m.swiGLU(f, l, h)))
+		x = l.down.LinearAdd(f, m.swiGLU(f, l, h), x)
 		f.DispatchLayer(li, x)
 	}
 	if !c.ReferenceNumerics {
@@ -140,7 +140,7 @@ func (m *Model) Forward(f *mlx.Frame, b *kvpool.Batch) mlx.Array {
 // projection.
 func (m *Model) swiGLU(f *mlx.Frame, l *layer, h mlx.Array) mlx.Array {
 	if l.gateUp != nil && !m.cfg.ReferenceNumerics {
-		return f.SwiGLUHalves(l.gateUp.Linear(f, h))
+		return l.gateUp.LinearSwiGLU(f, h)
 	}
 	var g, u mlx.Array
 	if l.gateUp != nil {
@@ -155,8 +155,9 @@ func (m *Model) swiGLU(f *mlx.Frame, l *layer, h mlx.Array) mlx.Array {
 	return f.SwiGLU(g, u)
 }
 
-// attention of the step's N tokens; h is [1, N, hidden].
-func (m *Model) attention(f *mlx.Frame, l *layer, li int, h mlx.Array, b *kvpool.Batch) mlx.Array {
+// attention of the step's N tokens, added to the residual x; h is [1, N,
+// hidden], normalized x.
+func (m *Model) attention(f *mlx.Frame, l *layer, li int, h mlx.Array, b *kvpool.Batch, x mlx.Array) mlx.Array {
 	c := m.cfg
 	N := b.N()
 	// A projection's n heads are laid out as [N, n, 1, headDim] for rope
@@ -177,7 +178,7 @@ func (m *Model) attention(f *mlx.Frame, l *layer, li int, h mlx.Array, b *kvpool
 	case l.qkv != nil && !ref:
 		// One product, laid out as heads (q's, then k's, then v's), split
 		// and rotated in one step (one kernel on CUDA).
-		q, k, v = f.HeadsRoPE(l.qkv.Linear(f, h), c.Heads, c.KVHeads, c.HeadDim, r.Dims, r.Traditional, r.Base, r.Scale, pos, m.freqs)
+		q, k, v = l.qkv.LinearHeadsRoPE(f, h, c.Heads, c.KVHeads, c.HeadDim, r.Dims, r.Traditional, r.Base, r.Scale, pos, m.freqs)
 	default:
 		var yq, yk, yv mlx.Array
 		if l.qkv != nil {
@@ -201,7 +202,7 @@ func (m *Model) attention(f *mlx.Frame, l *layer, li int, h mlx.Array, b *kvpool
 	} else {
 		o = b.Attend(li, q, k, v, m.scale, mlx.Array{})
 	}
-	return l.o.Linear(f, f.Reshape(o, 1, N, c.Heads*c.HeadDim))
+	return l.o.LinearAdd(f, f.Reshape(o, 1, N, c.Heads*c.HeadDim), x)
 }
 
 // rmsNorm normalizes the last axis of x and scales it by w.

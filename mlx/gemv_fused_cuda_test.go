@@ -1,0 +1,144 @@
+package mlx
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// withFusedGemv sets the fused matrix-vector products on or off for the
+// rest of the test.
+func withFusedGemv(t *testing.T, on bool) {
+	old := SetFusedGemv(on)
+	t.Cleanup(func() { SetFusedGemv(old) })
+}
+
+// TestAffineGemvFusedCUDA checks the fused matrix-vector products
+// (AffineLinearAdd, AffineLinearSwiGLU, AffineLinearHeadsRoPE) against the
+// same products kept apart (PROVIDER_GPU_QMV_FUSED=0) on the same stream:
+// the same floats, output for output, for 1 to 4 rows, 4 and 8 bits, half,
+// bfloat and float activations, two pairs a warp (R = 4), full and partial
+// rotations, the traditional pairing and explicit frequencies, at
+// positions past 65,536. Each fused product must be one custom kernel and
+// nothing else; an odd R (no pairs) and five rows (past the kernel) must
+// leave the products apart.
+func TestAffineGemvFusedCUDA(t *testing.T) {
+	onCUDA(t, func(s Stream) {
+		withLayerKernels(t)
+		setGemvEnv(t, "PROVIDER_GPU_QMMA", "0")
+		rng := rand.New(rand.NewPCG(11, 12))
+		for _, c := range []struct {
+			bits, group          int
+			x                    Dtype
+			heads, kv, d, dims   int
+			traditional, freqsOn bool
+			shape                string
+		}{
+			{4, 64, BFloat16, 4, 2, 64, 64, false, false, "1"},
+			{4, 32, Float16, 6, 2, 64, 32, true, true, "4:2:4"},
+			{8, 64, Float32, 4, 1, 128, 128, false, true, "1"},
+			{4, 128, BFloat16, 2, 2, 128, 64, false, false, "2:8:1"},
+		} {
+			const k, hidden = 512, 384 // the input's length, the residual's
+			for _, m := range []int{1, 2, 4} {
+				name := fmt.Sprintf("b%d_g%d_%v_h%d_kv%d_d%d_dims%d_trad%v_freqs%v_R:U:W=%s_m%d", c.bits, c.group, c.x,
+					c.heads, c.kv, c.d, c.dims, c.traditional, c.freqsOn, c.shape, m)
+				setGemvEnv(t, "PROVIDER_GPU_QMV", c.shape)
+				checkFusedGemv(t, s, rng, name, c.bits, c.group, c.x, m, k, hidden, c.heads, c.kv, c.d, c.dims, c.traditional, c.freqsOn, true)
+			}
+		}
+		// No pairs with one row a warp; five rows are past the kernel.
+		setGemvEnv(t, "PROVIDER_GPU_QMV", "1:4:4")
+		checkFusedGemv(t, s, rng, "R=1", 4, 64, BFloat16, 1, 256, 128, 2, 1, 64, 64, false, false, false)
+		setGemvEnv(t, "PROVIDER_GPU_QMV", "1")
+		checkFusedGemv(t, s, rng, "5 rows", 4, 64, BFloat16, 5, 256, 128, 2, 1, 64, 64, false, false, false)
+	})
+}
+
+// checkFusedGemv runs one case of TestAffineGemvFusedCUDA: m rows of
+// input of length k; a residual product of hidden outputs, a gate/up
+// product of 2 x 192 and a q/k/v product of heads and kvHeads heads of d.
+// fusedWant says whether the pairing products are to fuse (the residual's
+// fuses wherever the kernel takes the product).
+func checkFusedGemv(t *testing.T, s Stream, rng *rand.Rand, name string, bits, group int, xType Dtype, m, k, hidden, heads, kvHeads, d, dims int, traditional, freqsOn, fusedWant bool) {
+	t.Helper()
+	f := NewFrame(s)
+	defer f.Free()
+	cpu := CPU()
+	defer cpu.Free()
+	cf := NewFrame(cpu)
+	defer cf.Free()
+	const ff = 192
+	width := (heads + 2*kvHeads) * d
+	wo, so, bo, x, _ := affineInputs(t, f, cf, rng, hidden, k, group, bits, xType, xType, m, name)
+	wg, sg, bg := quantized(cf, rng, 2*ff, k, group, bits, xType)
+	wq, sq, bq := quantized(cf, rng, width, k, group, bits, xType)
+	res := f.AsType(randomRows(f, rng, m, hidden), xType)
+	pos := make([]int32, m)
+	for i := range pos {
+		pos[i] = int32(rng.IntN(70000))
+	}
+	pos[0] = 65537
+	positions := f.Int32s(pos, m)
+	freqs := Array{}
+	if freqsOn {
+		fs := make([]float32, dims/2)
+		for j := range fs {
+			fs[j] = float32(math.Pow(10000, 2*float64(j)/float64(dims)) * (1 + rng.Float64()))
+		}
+		freqs = f.Float32s(fs, len(fs))
+	}
+	if err := cf.Eval(wg, sg, bg, wq, sq, bq); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	if err := f.Eval(res, positions); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	const base, scale = 10000, 0.5
+	products := func() []Array {
+		q, kk, v := f.AffineLinearHeadsRoPE(x, wq, sq, bq, group, bits, heads, kvHeads, d, dims, traditional, base, scale, positions, freqs)
+		return []Array{
+			f.AffineLinearAdd(x, wo, so, bo, group, bits, res),
+			f.AffineLinearSwiGLU(x, wg, sg, bg, group, bits),
+			q, kk, v,
+		}
+	}
+	withFusedGemv(t, true)
+	fused := products()
+	withFusedGemv(t, false)
+	apart := products()
+	// Kernels each product's graph holds, fused and apart: the q/k/v
+	// product's three results share theirs.
+	kernels := func(a Array) map[string]int {
+		counts, err := GraphPrimitives(a)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return counts
+	}
+	for i, what := range []string{"residual", "gate/up", "q/k/v"} {
+		got, sep := kernels(fused[i]), kernels(apart[i])
+		fusedHere := fusedWant || i == 0 && m <= 4
+		if one := got["CustomKernel"] == 1 && len(got) == 1; one != fusedHere {
+			t.Fatalf("%s: %s fused made %v (one custom kernel alone wanted: %v); apart %v", name, what, got, fusedHere, sep)
+		}
+		if len(sep) < 2 && sep["CustomKernel"] < 2 {
+			t.Fatalf("%s: %s apart made %v: not two ops", name, what, sep)
+		}
+	}
+	for i, what := range []string{"residual", "gate/up", "q", "k", "v"} {
+		got, want := f.ToFloat32s(fused[i]), f.ToFloat32s(apart[i])
+		if err := f.Err(); err != nil {
+			t.Fatalf("%s: %s: %v", name, what, err)
+		}
+		if len(got) != len(want) || len(got) == 0 {
+			t.Fatalf("%s: %s: %d floats fused, %d apart", name, what, len(got), len(want))
+		}
+		for j := range got {
+			if got[j] != want[j] {
+				t.Fatalf("%s: %s[%d] = %v fused, %v apart", name, what, j, got[j], want[j])
+			}
+		}
+	}
+}
