@@ -155,12 +155,14 @@ func SetAffineMMA(on bool) bool { return bool(C.mlx_cuda_set_qmma(C.bool(on))) }
 // and benchmarks that change them between products.
 func reloadGemvEnv() { C.mlx_cuda_gemv_reload() }
 
-// SetFusedGemv turns the fused matrix-vector products (AffineLinearAdd,
-// AffineLinearSwiGLU and AffineLinearHeadsRoPE as one kernel each;
-// PROVIDER_GPU_QMV_FUSED) on or off for the next products and returns the
-// setting before: for tests and benchmarks that compare them with the
-// separate ops in one process.
-func SetFusedGemv(on bool) bool { return bool(C.mlx_cuda_set_qmv_fused(C.bool(on))) }
+// SetFusedGemv sets how far the matrix-vector products fuse
+// (PROVIDER_GPU_QMV_FUSED) for the next products and returns the setting
+// before: 0 not at all, 1 with what the layer does next (AffineLinearAdd,
+// AffineLinearSwiGLU and AffineLinearHeadsRoPE as one kernel each), 2
+// (the default) also with the RMSNorm before (their norm argument). For
+// tests and benchmarks that compare them with the separate ops in one
+// process.
+func SetFusedGemv(level int) int { return int(C.mlx_cuda_set_qmv_fused(C.int(level))) }
 
 // AffineLinearAdd is res + AffineLinear(x, w, scales, biases, groupSize,
 // bits), res shaped as the product (a residual connection). On a CUDA
@@ -179,28 +181,34 @@ func (f *Frame) AffineLinearAdd(x, w, scales, biases Array, groupSize, bits int,
 	return f.Add(res, f.AffineLinear(x, w, scales, biases, groupSize, bits))
 }
 
-// AffineLinearSwiGLU is SwiGLUHalves(AffineLinear(x, w, scales, biases,
-// groupSize, bits)) for a fused gate/up projection w: on a CUDA stream,
-// where the matrix-vector kernel takes the product and the layer kernels
-// are on, one kernel with the same floats as the two; elsewhere the two.
-func (f *Frame) AffineLinearSwiGLU(x, w, scales, biases Array, groupSize, bits int) Array {
-	if f.layerKernelsOn() {
+// AffineLinearSwiGLU is SwiGLUHalves(AffineLinear(RMSNorm(x, norm, eps),
+// w, scales, biases, groupSize, bits)) for a fused gate/up projection w,
+// without the RMSNorm where norm is invalid. On a CUDA stream, where the
+// matrix-vector kernel takes the product and the layer kernels are on, it
+// is one kernel: without the norm, the same floats as the ops; with it,
+// the normalized x is not rounded to x's type as RMSNorm's result is.
+// Elsewhere it is the ops.
+func (f *Frame) AffineLinearSwiGLU(x, w, scales, biases Array, groupSize, bits int, norm Array, eps float32) Array {
+	var y Array
+	f.normedGemv(&x, norm, eps, func(norm Array) bool {
 		out, ok := f.fusedGemv("affine_gemv_swiglu", 1, func(r *C.mlx_vector_array) C.int {
-			return C.mlx_cuda_affine_gemv_swiglu(r, x.c, w.c, scales.c, biases.c, C.int(groupSize), C.int(bits), f.s.c)
+			return C.mlx_cuda_affine_gemv_swiglu(r, x.c, w.c, scales.c, biases.c, C.int(groupSize), C.int(bits), norm.c,
+				C.float(eps), f.s.c)
 		}, x, w, scales, biases)
 		if ok {
-			return out[0]
+			y = out[0]
 		}
-	}
-	return f.SwiGLUHalves(f.AffineLinear(x, w, scales, biases, groupSize, bits))
+		return ok
+	}, func() { y = f.SwiGLUHalves(f.AffineLinear(x, w, scales, biases, groupSize, bits)) })
+	return y
 }
 
-// AffineLinearHeadsRoPE is HeadsRoPE(AffineLinear(x, w, scales, biases,
-// groupSize, bits), ...) for a fused q/k/v projection w: on a CUDA stream,
-// where the matrix-vector kernel takes the product and the layer kernels
-// are on, one kernel with the same floats as the two; elsewhere the two.
-func (f *Frame) AffineLinearHeadsRoPE(x, w, scales, biases Array, groupSize, bits, heads, kvHeads, headDim, dims int, traditional bool, base, scale float32, positions, freqs Array) (q, k, v Array) {
-	if f.layerKernelsOn() {
+// AffineLinearHeadsRoPE is HeadsRoPE(AffineLinear(RMSNorm(x, norm, eps),
+// w, scales, biases, groupSize, bits), ...) for a fused q/k/v projection
+// w, without the RMSNorm where norm is invalid: one kernel or the ops, as
+// AffineLinearSwiGLU.
+func (f *Frame) AffineLinearHeadsRoPE(x, w, scales, biases Array, groupSize, bits int, norm Array, eps float32, heads, kvHeads, headDim, dims int, traditional bool, base, scale float32, positions, freqs Array) (q, k, v Array) {
+	f.normedGemv(&x, norm, eps, func(norm Array) bool {
 		in := []Array{x, w, scales, biases, positions}
 		if freqs.Valid() {
 			in = append(in, freqs)
@@ -208,15 +216,38 @@ func (f *Frame) AffineLinearHeadsRoPE(x, w, scales, biases Array, groupSize, bit
 		out, ok := f.fusedGemv("affine_gemv_heads_rope", 3, func(r *C.mlx_vector_array) C.int {
 			b := C.mlx_optional_float{value: C.float(base), has_value: C.bool(!freqs.Valid())}
 			return C.mlx_cuda_affine_gemv_heads_rope(r, x.c, w.c, scales.c, biases.c, C.int(groupSize), C.int(bits),
-				C.int(heads), C.int(kvHeads), C.int(headDim), C.int(dims), C.bool(traditional), b, C.float(scale),
-				positions.c, freqs.c, f.s.c)
+				norm.c, C.float(eps), C.int(heads), C.int(kvHeads), C.int(headDim), C.int(dims), C.bool(traditional), b,
+				C.float(scale), positions.c, freqs.c, f.s.c)
 		}, in...)
 		if ok {
-			return out[0], out[1], out[2]
+			q, k, v = out[0], out[1], out[2]
+		}
+		return ok
+	}, func() {
+		q, k, v = f.HeadsRoPE(f.AffineLinear(x, w, scales, biases, groupSize, bits), heads, kvHeads, headDim, dims,
+			traditional, base, scale, positions, freqs)
+	})
+	return q, k, v
+}
+
+// normedGemv runs a fused product of *x normalized by norm (when valid)
+// through fused, which reports whether its kernel took it: with the norm
+// inside the kernel, then, where that is not taken, with the RMSNorm
+// apart (*x becoming it) and the product fused after it, then, where that
+// is not taken either, apart: the ops.
+func (f *Frame) normedGemv(x *Array, norm Array, eps float32, fused func(norm Array) bool, apart func()) {
+	if f.layerKernelsOn() {
+		if norm.Valid() && fused(norm) {
+			return
 		}
 	}
-	return f.HeadsRoPE(f.AffineLinear(x, w, scales, biases, groupSize, bits), heads, kvHeads, headDim, dims, traditional,
-		base, scale, positions, freqs)
+	if norm.Valid() {
+		*x = f.RMSNorm(*x, norm, eps)
+	}
+	if f.layerKernelsOn() && fused(Array{}) {
+		return
+	}
+	apart()
 }
 
 // fusedGemv runs call, one of the fused matrix-vector products, which

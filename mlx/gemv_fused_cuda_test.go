@@ -7,10 +7,10 @@ import (
 	"testing"
 )
 
-// withFusedGemv sets the fused matrix-vector products on or off for the
+// withFusedGemv sets how far the matrix-vector products fuse for the
 // rest of the test.
-func withFusedGemv(t *testing.T, on bool) {
-	old := SetFusedGemv(on)
+func withFusedGemv(t *testing.T, level int) {
+	old := SetFusedGemv(level)
 	t.Cleanup(func() { SetFusedGemv(old) })
 }
 
@@ -20,9 +20,11 @@ func withFusedGemv(t *testing.T, on bool) {
 // the same floats, output for output, for 1 to 4 rows, 4 and 8 bits, half,
 // bfloat and float activations, two pairs a warp (R = 4), full and partial
 // rotations, the traditional pairing and explicit frequencies, at
-// positions past 65,536. Each fused product must be one custom kernel and
-// nothing else; an odd R (no pairs) and five rows (past the kernel) must
-// leave the products apart.
+// positions past 65,536. With the RMSNorm before them in the kernel (2)
+// they must stay within a few roundings of the activation type of the
+// norm taken apart (1), which rounds the normalized input. Each fused
+// product must be one custom kernel and nothing else; an odd R (no pairs)
+// and five rows (past the kernel) must leave the products apart.
 func TestAffineGemvFusedCUDA(t *testing.T) {
 	onCUDA(t, func(s Stream) {
 		withLayerKernels(t)
@@ -75,6 +77,7 @@ func checkFusedGemv(t *testing.T, s Stream, rng *rand.Rand, name string, bits, g
 	wg, sg, bg := quantized(cf, rng, 2*ff, k, group, bits, xType)
 	wq, sq, bq := quantized(cf, rng, width, k, group, bits, xType)
 	res := f.AsType(randomRows(f, rng, m, hidden), xType)
+	norm := f.AsType(f.Add(f.Reshape(randomRows(f, rng, 1, k), k), f.Scalar(1)), xType)
 	pos := make([]int32, m)
 	for i := range pos {
 		pos[i] = int32(rng.IntN(70000))
@@ -92,22 +95,25 @@ func checkFusedGemv(t *testing.T, s Stream, rng *rand.Rand, name string, bits, g
 	if err := cf.Eval(wg, sg, bg, wq, sq, bq); err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
-	if err := f.Eval(res, positions); err != nil {
+	if err := f.Eval(res, positions, norm); err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
-	const base, scale = 10000, 0.5
-	products := func() []Array {
-		q, kk, v := f.AffineLinearHeadsRoPE(x, wq, sq, bq, group, bits, heads, kvHeads, d, dims, traditional, base, scale, positions, freqs)
+	const base, scale, eps = 10000, 0.5, 1e-5
+	products := func(norm Array) []Array {
+		q, kk, v := f.AffineLinearHeadsRoPE(x, wq, sq, bq, group, bits, norm, eps, heads, kvHeads, d, dims, traditional, base, scale, positions, freqs)
 		return []Array{
 			f.AffineLinearAdd(x, wo, so, bo, group, bits, res),
-			f.AffineLinearSwiGLU(x, wg, sg, bg, group, bits),
+			f.AffineLinearSwiGLU(x, wg, sg, bg, group, bits, norm, eps),
 			q, kk, v,
 		}
 	}
-	withFusedGemv(t, true)
-	fused := products()
-	withFusedGemv(t, false)
-	apart := products()
+	withFusedGemv(t, 1)
+	fused := products(Array{})
+	normApart := products(norm)
+	withFusedGemv(t, 2)
+	normFused := products(norm)
+	withFusedGemv(t, 0)
+	apart := products(Array{})
 	// Kernels each product's graph holds, fused and apart: the q/k/v
 	// product's three results share theirs.
 	kernels := func(a Array) map[string]int {
@@ -122,6 +128,12 @@ func checkFusedGemv(t *testing.T, s Stream, rng *rand.Rand, name string, bits, g
 		fusedHere := fusedWant || i == 0 && m <= 4
 		if one := got["CustomKernel"] == 1 && len(got) == 1; one != fusedHere {
 			t.Fatalf("%s: %s fused made %v (one custom kernel alone wanted: %v); apart %v", name, what, got, fusedHere, sep)
+		}
+		if i > 0 {
+			n := kernels(normFused[i])
+			if one := n["CustomKernel"] == 1 && len(n) == 1; one != fusedWant {
+				t.Fatalf("%s: %s fused with its norm made %v (one custom kernel alone wanted: %v)", name, what, n, fusedWant)
+			}
 		}
 		if len(sep) < 2 && sep["CustomKernel"] < 2 {
 			t.Fatalf("%s: %s apart made %v: not two ops", name, what, sep)
@@ -141,4 +153,32 @@ func checkFusedGemv(t *testing.T, s Stream, rng *rand.Rand, name string, bits, g
 			}
 		}
 	}
+	// The norm inside: within a few roundings of the type of the
+	// normalized input (which the norm apart rounds), relative to each
+	// output and to the outputs' RMS (an output near zero is a
+	// cancellation of larger terms).
+	rounding := map[Dtype]float64{BFloat16: 0x1p-8, Float16: 0x1p-11, Float32: 0x1p-20}[xType]
+	worst := 0.0
+	for i, what := range []string{"gate/up", "q", "k", "v"} {
+		got, want := f.ToFloat32s(normFused[i+1]), f.ToFloat32s(normApart[i+1])
+		if err := f.Err(); err != nil {
+			t.Fatalf("%s: %s with its norm: %v", name, what, err)
+		}
+		if len(got) != len(want) || len(got) == 0 {
+			t.Fatalf("%s: %s with its norm: %d floats fused, %d apart", name, what, len(got), len(want))
+		}
+		rms := 0.0
+		for _, w := range want {
+			rms += float64(w) * float64(w)
+		}
+		rms = math.Sqrt(rms / float64(len(want)))
+		for j := range got {
+			diff := math.Abs(float64(got[j]) - float64(want[j]))
+			if diff > 8*rounding*(math.Abs(float64(want[j]))+rms) {
+				t.Fatalf("%s: %s[%d] = %v with the norm in the kernel, %v with it apart (outputs' RMS %.3g)", name, what, j, got[j], want[j], rms)
+			}
+			worst = math.Max(worst, diff/(math.Abs(float64(want[j]))+rms))
+		}
+	}
+	t.Logf("%s: the norm in the kernel moved outputs by up to %.3g of |output| + RMS (%.3g roundings)", name, worst, worst/rounding)
 }

@@ -190,22 +190,26 @@ int mlx_cuda_swiglu_halves(mlx_array* res, const mlx_array x, const mlx_stream s
 int mlx_cuda_affine_gemv_add(mlx_vector_array* res, const mlx_array x, const mlx_array w, const mlx_array scales,
                              const mlx_array biases, int group_size, int bits, const mlx_array residual,
                              const mlx_stream s);
-/* extension: silu and product of the halves of x @ dequantize(w).T as one
-   CUDA kernel, or res left empty (see Frame.AffineLinearSwiGLU). */
+/* extension: silu and product of the halves of x @ dequantize(w).T (x
+   RMS-normalized by norm first unless norm is empty) as one CUDA kernel,
+   or res left empty (see Frame.AffineLinearSwiGLU). */
 int mlx_cuda_affine_gemv_swiglu(mlx_vector_array* res, const mlx_array x, const mlx_array w, const mlx_array scales,
-                                const mlx_array biases, int group_size, int bits, const mlx_stream s);
+                                const mlx_array biases, int group_size, int bits, const mlx_array norm, float eps,
+                                const mlx_stream s);
 /* extension: x @ dequantize(w).T split into heads and rotated as
-   mlx_cuda_heads_rope does, as one CUDA kernel, or res left empty (see
+   mlx_cuda_heads_rope does (x RMS-normalized by norm first unless norm is
+   empty), as one CUDA kernel, or res left empty (see
    Frame.AffineLinearHeadsRoPE). */
 int mlx_cuda_affine_gemv_heads_rope(mlx_vector_array* res, const mlx_array x, const mlx_array w,
                                     const mlx_array scales, const mlx_array biases, int group_size, int bits,
-                                    int heads, int kv_heads, int head_dim, int dims, bool traditional,
+                                    const mlx_array norm, float eps, int heads, int kv_heads, int head_dim, int dims,
+                                    bool traditional,
                                     mlx_optional_float base, float scale, const mlx_array positions,
                                     const mlx_array freqs, const mlx_stream s);
-/* extension: turns the fused products above on or off (what
+/* extension: sets how far the products above fuse (0 to 2, what
    PROVIDER_GPU_QMV_FUSED set) until the setting is read again; returns
    the setting before. */
-bool mlx_cuda_set_qmv_fused(bool on);
+int mlx_cuda_set_qmv_fused(int level);
 int mlx_tanh(mlx_array* res, const mlx_array a, const mlx_stream s);
 int mlx_erf(mlx_array* res, const mlx_array a, const mlx_stream s);
 int mlx_cos(mlx_array* res, const mlx_array a, const mlx_stream s);

@@ -990,13 +990,30 @@ constexpr const char* kGemvRows = R"(
   }
 )";
 
+// x as it is.
+constexpr const char* kGemvNoNorm = R"(
+  constexpr bool NORM = false;
+  auto norm_weight = [](size_t) { return 1.0f; };
+  const float eps = 0.f;
+)";
+
+// x RMS-normalized and scaled by nw [K]: each row's sum of squares is
+// summed beside the product, whose sums then scale by rsqrt(mean + eps)
+// (the normalized x is not rounded to T, as RMSNorm's result would be).
+constexpr const char* kGemvNorm = R"(
+  constexpr bool NORM = true;
+  auto norm_weight = [&](size_t k) { return static_cast<float>(nw[k]); };
+  const float eps = __int_as_float(EPS_BITS);
+)";
+
 // The sums of the warp's R rows, acc[m][r] in every lane.
 constexpr const char* kGemvSums = R"(
   const bool xaligned = (reinterpret_cast<size_t>(x) & 15) == 0;
   const uint4* wq = reinterpret_cast<const uint4*>(w);
-  float acc[M][R];
+  float acc[M][R], ss[M];
 #pragma unroll
   for (int m = 0; m < M; m++) {
+    ss[m] = 0.f;
 #pragma unroll
     for (int r = 0; r < R; r++) {
       acc[m][r] = 0.f;
@@ -1060,6 +1077,10 @@ constexpr const char* kGemvSums = R"(
 #pragma unroll
           for (int p = 0; p < PER; p++) {
             xf[m][p] = static_cast<float>(xt[p]);
+            if (NORM) {
+              ss[m] = fmaf(xf[m][p], xf[m][p], ss[m]);
+              xf[m][p] *= norm_weight((size_t)c * VALS + j * PER + p);
+            }
             xs[m] += xf[m][p];
           }
         }
@@ -1095,6 +1116,20 @@ constexpr const char* kGemvSums = R"(
       }
     }
   }
+  if (NORM) {
+#pragma unroll
+    for (int m = 0; m < M; m++) {
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        ss[m] += __shfl_xor_sync(0xffffffff, ss[m], o);
+      }
+      const float rms = rsqrtf(ss[m] / static_cast<float>(K) + eps);
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        acc[m][r] *= rms;
+      }
+    }
+  }
 )";
 
 // y = the sums.
@@ -1112,7 +1147,7 @@ constexpr const char* kGemvStore = R"(
   }
 )";
 
-constexpr const char* kAffineGemv[] = {kGemvHead, kGemvRows, kGemvSums, kGemvStore};
+constexpr const char* kAffineGemv[] = {kGemvHead, kGemvRows, kGemvNoNorm, kGemvSums, kGemvStore};
 
 // The fused products: the kernel's sums (the same floats, output for
 // output) and what the layer does next with them, done by the lane that
@@ -1247,9 +1282,12 @@ constexpr const char* kGemvStoreHeads = R"(
   }
 )";
 
-constexpr const char* kAffineGemvAdd[] = {kGemvHead, kGemvRows, kGemvSums, kGemvStoreAdd};
-constexpr const char* kAffineGemvSwiglu[] = {kGemvHead, kGemvRowsHalves, kGemvSums, kGemvStoreSwiglu};
-constexpr const char* kAffineGemvHeads[] = {kGemvHead, kGemvRowsHeads, kGemvSums, kGemvStoreHeads};
+constexpr const char* kAffineGemvAdd[] = {kGemvHead, kGemvRows, kGemvNoNorm, kGemvSums, kGemvStoreAdd};
+constexpr const char* kAffineGemvSwiglu[] = {kGemvHead, kGemvRowsHalves, kGemvNoNorm, kGemvSums, kGemvStoreSwiglu};
+constexpr const char* kAffineGemvSwigluNorm[] = {kGemvHead, kGemvRowsHalves, kGemvNorm, kGemvSums,
+                                                 kGemvStoreSwiglu};
+constexpr const char* kAffineGemvHeads[] = {kGemvHead, kGemvRowsHeads, kGemvNoNorm, kGemvSums, kGemvStoreHeads};
+constexpr const char* kAffineGemvHeadsNorm[] = {kGemvHead, kGemvRowsHeads, kGemvNorm, kGemvSums, kGemvStoreHeads};
 
 // The affine-quantized product of a few rows on the tensor cores (CUDA,
 // compiled at run time by MLX): y [M, N] = x [M, K] @ dequantize(w).T for
@@ -1506,7 +1544,7 @@ struct MmaShape {
 struct GemvConfig {
   bool on = true;
   GemvShape shape;
-  bool fused = true;
+  int fused = 2;
   bool mma = true;
   MmaShape mma_shape;
   const char* error = nullptr;
@@ -1516,8 +1554,10 @@ struct GemvConfig {
 // shape, 0 for MLX's own quantized matmul, R:U:W for another shape
 // (benchmarks); and PROVIDER_GPU_QMV_ROWS, the most rows the kernel takes
 // (default 4: on an H100 it beats MLX's kernels at 1, 2 and 4 rows and
-// loses at 8); PROVIDER_GPU_QMV_FUSED=0 keeps its products apart from
-// what the layer does next (see kAffineGemvAdd). PROVIDER_GPU_QMMA: unset or 1 for the tensor-core kernel
+// loses at 8); PROVIDER_GPU_QMV_FUSED: 2 (the default) fuses its products
+// with what the layer does next and the RMSNorm before (see
+// kAffineGemvAdd, kGemvNorm), 1 with what it does next only, 0 with
+// neither. PROVIDER_GPU_QMMA: unset or 1 for the tensor-core kernel
 // with the default shape, 0 for none, W:U[:P] for another shape (P 1
 // loads a warp's next stage while it computes one); it takes 2
 // to PROVIDER_GPU_QMMA_ROWS rows (default 32), and one row too when the
@@ -1535,11 +1575,11 @@ GemvConfig read_gemv_config() {
     }
   }
   if (const char* f = std::getenv("PROVIDER_GPU_QMV_FUSED"); f != nullptr && *f != '\0') {
-    if (std::strcmp(f, "0") != 0 && std::strcmp(f, "1") != 0) {
-      c.error = "PROVIDER_GPU_QMV_FUSED: want 0 or 1";
+    if (std::strlen(f) != 1 || f[0] < '0' || f[0] > '2') {
+      c.error = "PROVIDER_GPU_QMV_FUSED: want 0, 1 or 2";
       return c;
     }
-    c.fused = *f == '1';
+    c.fused = f[0] - '0';
   }
   const char* v = std::getenv("PROVIDER_GPU_QMV");
   if (v != nullptr && std::strcmp(v, "0") == 0) {
@@ -1599,13 +1639,14 @@ bool set_mma(bool on) {
   return was;
 }
 
-// set_fused turns the fused matrix-vector products on or off until the
-// environment is read again, and reports the setting before.
-bool set_fused(bool on) {
+// set_fused sets how far the matrix-vector products fuse (0 to 2, as
+// PROVIDER_GPU_QMV_FUSED) until the environment is read again, and
+// reports the setting before.
+int set_fused(int level) {
   std::lock_guard<std::mutex> lock(g_gemv_mu);
   GemvConfig& c = gemv_setting();
-  const bool was = c.fused;
-  c.fused = on;
+  const int was = c.fused;
+  c.fused = std::clamp(level, 0, 2);
   return was;
 }
 
@@ -1829,11 +1870,29 @@ std::vector<mx::array> gemv_launch(const mx::fast::CustomKernelFunction& fn, con
 
 // fused_gemv reports whether the matrix-vector kernel takes x @
 // dequantize(w).T fused with what follows it (pairs: two outputs of w
-// make one, which needs an even R).
+// make one, which needs an even R) and, where norm holds an array, with
+// the RMSNorm of x by it before (a vector of x's length).
 bool fused_gemv(const GemvConfig& c, const mx::array& x, const mx::array& w, const mx::array& scales,
-                const mx::array& biases, int group_size, int bits, const mx::Stream& st, bool pairs) {
-  return c.fused && (!pairs || c.shape.R % 2 == 0) &&
+                const mx::array& biases, int group_size, int bits, const mx::Stream& st, bool pairs,
+                const mlx_array norm) {
+  if (norm.ctx != nullptr) {
+    const mx::array& n = arr(norm);
+    if (c.fused < 2 || n.ndim() != 1 || n.size() != static_cast<size_t>(x.shape(-1)) || !float_type(n.dtype())) {
+      return false;
+    }
+  }
+  return c.fused >= 1 && (!pairs || c.shape.R % 2 == 0) &&
          affine_kernel(c, x, w, scales, biases, group_size, bits, st) == AffineKernel::gemv;
+}
+
+// norm_inputs is the inputs and template arguments a fused kernel takes
+// for norm (nothing where it holds no array).
+void norm_inputs(const mlx_array norm, float eps, std::vector<mx::array>& in,
+                 std::vector<std::pair<std::string, mx::fast::TemplateArg>>& targs) {
+  if (norm.ctx != nullptr) {
+    in.push_back(arr(norm));
+    targs.push_back({"EPS_BITS", float_bits(eps)});
+  }
 }
 
 }  // namespace
@@ -1952,7 +2011,7 @@ int mlx_cuda_affine_gemv_add(mlx_vector_array* res, const mlx_array x, const mlx
     const mx::array &xa = arr(x), &wa = arr(w), &ra = arr(residual);
     const mx::Stream& st = strm(s);
     const GemvConfig c = gemv_config();
-    if (!fused_gemv(c, xa, wa, arr(scales), arr(biases), group_size, bits, st, false)) {
+    if (!fused_gemv(c, xa, wa, arr(scales), arr(biases), group_size, bits, st, false, mlx_array{})) {
       vec(*res).clear();
       return;
     }
@@ -1970,28 +2029,35 @@ int mlx_cuda_affine_gemv_add(mlx_vector_array* res, const mlx_array x, const mlx
 }
 
 int mlx_cuda_affine_gemv_swiglu(mlx_vector_array* res, const mlx_array x, const mlx_array w, const mlx_array scales,
-                                const mlx_array biases, int group_size, int bits, const mlx_stream s) {
+                                const mlx_array biases, int group_size, int bits, const mlx_array norm, float eps,
+                                const mlx_stream s) {
   return guard([&] {
     const mx::array &xa = arr(x), &wa = arr(w);
     const mx::Stream& st = strm(s);
     const GemvConfig c = gemv_config();
-    if (!fused_gemv(c, xa, wa, arr(scales), arr(biases), group_size, bits, st, true) || wa.shape(0) % 2 != 0) {
+    if (!fused_gemv(c, xa, wa, arr(scales), arr(biases), group_size, bits, st, true, norm) || wa.shape(0) % 2 != 0) {
       vec(*res).clear();
       return;
     }
     static auto kernel = mx::fast::cuda_kernel("affine_gemv_swiglu", {"x", "w", "scales", "biases"}, {"y"},
                                                kernel_source(kAffineGemvSwiglu), "", /*ensure_row_contiguous=*/true);
+    static auto normed = mx::fast::cuda_kernel("affine_gemv_swiglu_norm", {"x", "w", "scales", "biases", "nw"}, {"y"},
+                                               kernel_source(kAffineGemvSwigluNorm), "",
+                                               /*ensure_row_contiguous=*/true);
     mx::Shape shape = xa.shape();
     shape.back() = wa.shape(0) / 2;
-    vec(*res) = gemv_launch(kernel, {xa, wa, arr(scales), arr(biases)}, {shape}, {xa.dtype()}, wa.shape(0), c.shape,
-                            group_size, bits, {}, st);
+    std::vector<mx::array> in{xa, wa, arr(scales), arr(biases)};
+    std::vector<std::pair<std::string, mx::fast::TemplateArg>> targs;
+    norm_inputs(norm, eps, in, targs);
+    vec(*res) = gemv_launch(norm.ctx != nullptr ? normed : kernel, in, {shape}, {xa.dtype()}, wa.shape(0), c.shape,
+                            group_size, bits, std::move(targs), st);
   });
 }
 
 int mlx_cuda_affine_gemv_heads_rope(mlx_vector_array* res, const mlx_array x, const mlx_array w,
                                     const mlx_array scales, const mlx_array biases, int group_size, int bits,
-                                    int heads, int kv_heads, int head_dim, int dims, bool traditional,
-                                    mlx_optional_float base, float scale, const mlx_array positions,
+                                    const mlx_array norm, float eps, int heads, int kv_heads, int head_dim, int dims,
+                                    bool traditional, mlx_optional_float base, float scale, const mlx_array positions,
                                     const mlx_array freqs, const mlx_stream s) {
   return guard([&] {
     const mx::array &xa = arr(x), &wa = arr(w), &pa = arr(positions);
@@ -2000,9 +2066,9 @@ int mlx_cuda_affine_gemv_heads_rope(mlx_vector_array* res, const mlx_array x, co
     const bool has_freqs = freqs.ctx != nullptr;
     const int64_t width = static_cast<int64_t>(heads + 2 * kv_heads) * head_dim;
     // What mlx_cuda_heads_rope takes, for the rows the kernel takes.
-    if (!fused_gemv(c, xa, wa, arr(scales), arr(biases), group_size, bits, st, true) || heads < 1 || kv_heads < 1 ||
-        head_dim < 2 || head_dim % 2 != 0 || dims < 2 || dims % 2 != 0 || dims > head_dim || wa.shape(0) != width ||
-        pa.ndim() != 1 || static_cast<int64_t>(xa.size() / xa.shape(-1)) != pa.shape(0) ||
+    if (!fused_gemv(c, xa, wa, arr(scales), arr(biases), group_size, bits, st, true, norm) || heads < 1 ||
+        kv_heads < 1 || head_dim < 2 || head_dim % 2 != 0 || dims < 2 || dims % 2 != 0 || dims > head_dim ||
+        wa.shape(0) != width || pa.ndim() != 1 || static_cast<int64_t>(xa.size() / xa.shape(-1)) != pa.shape(0) ||
         (has_freqs ? arr(freqs).size() != static_cast<size_t>(dims / 2) : !base.has_value)) {
       vec(*res).clear();
       return;
@@ -2010,25 +2076,30 @@ int mlx_cuda_affine_gemv_heads_rope(mlx_vector_array* res, const mlx_array x, co
     static auto kernel = mx::fast::cuda_kernel("affine_gemv_heads_rope",
                                                {"x", "w", "scales", "biases", "pos", "freqs"}, {"q", "k", "v"},
                                                kernel_source(kAffineGemvHeads), "", /*ensure_row_contiguous=*/true);
+    static auto normed = mx::fast::cuda_kernel("affine_gemv_heads_rope_norm",
+                                               {"x", "w", "scales", "biases", "pos", "freqs", "nw"}, {"q", "k", "v"},
+                                               kernel_source(kAffineGemvHeadsNorm), "", /*ensure_row_contiguous=*/true);
     const int N = pa.shape(0), D = head_dim;
     // Without freqs the kernel reads none.
     mx::array f = has_freqs ? mx::astype(arr(freqs), mx::float32, st) : float_zeros(1, st);
-    vec(*res) = gemv_launch(kernel, {xa, wa, arr(scales), arr(biases), mx::astype(pa, mx::int32, st), f},
+    std::vector<mx::array> in{xa, wa, arr(scales), arr(biases), mx::astype(pa, mx::int32, st), f};
+    std::vector<std::pair<std::string, mx::fast::TemplateArg>> targs{
+        {"H", heads},
+        {"KV", kv_heads},
+        {"D", D},
+        {"DIMS", dims},
+        {"TRAD", traditional},
+        {"HAS_FREQS", has_freqs},
+        {"LOG2_BASE_BITS", float_bits(has_freqs ? 0.f : std::log2(base.value))},
+        {"SCALE_BITS", float_bits(scale)}};
+    norm_inputs(norm, eps, in, targs);
+    vec(*res) = gemv_launch(norm.ctx != nullptr ? normed : kernel, in,
                             {{N, heads, D}, {N, kv_heads, D}, {N, kv_heads, D}}, {xa.dtype(), xa.dtype(), xa.dtype()},
-                            width, c.shape, group_size, bits,
-                            {{"H", heads},
-                             {"KV", kv_heads},
-                             {"D", D},
-                             {"DIMS", dims},
-                             {"TRAD", traditional},
-                             {"HAS_FREQS", has_freqs},
-                             {"LOG2_BASE_BITS", float_bits(has_freqs ? 0.f : std::log2(base.value))},
-                             {"SCALE_BITS", float_bits(scale)}},
-                            st);
+                            width, c.shape, group_size, bits, std::move(targs), st);
   });
 }
 
-bool mlx_cuda_set_qmv_fused(bool on) { return set_fused(on); }
+int mlx_cuda_set_qmv_fused(int level) { return set_fused(level); }
 
 namespace provider_host {
 

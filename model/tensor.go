@@ -188,24 +188,33 @@ func (w *Weight) LinearAdd(f *mlx.Frame, x, res mlx.Array) mlx.Array {
 	return f.Add(res, w.Linear(f, x))
 }
 
-// LinearSwiGLU is SwiGLUHalves(Linear(x)) for a fused gate/up projection:
-// one kernel where mlx.Frame.AffineLinearSwiGLU makes it one.
-func (w *Weight) LinearSwiGLU(f *mlx.Frame, x mlx.Array) mlx.Array {
+// LinearSwiGLU is SwiGLUHalves(Linear(RMSNorm(x, norm, eps))) for a fused
+// gate/up projection (no RMSNorm where norm is invalid): one kernel where
+// mlx.Frame.AffineLinearSwiGLU makes it one.
+func (w *Weight) LinearSwiGLU(f *mlx.Frame, x, norm mlx.Array, eps float32) mlx.Array {
 	if w.plainAffine() {
-		return f.AffineLinearSwiGLU(x, w.W, w.Scales, w.Biases, w.GroupSize, w.Bits)
+		return f.AffineLinearSwiGLU(x, w.W, w.Scales, w.Biases, w.GroupSize, w.Bits, norm, eps)
 	}
-	return f.SwiGLUHalves(w.Linear(f, x))
+	return f.SwiGLUHalves(w.Linear(f, normed(f, x, norm, eps)))
 }
 
-// LinearHeadsRoPE is HeadsRoPE(Linear(x), ...) for a fused q/k/v
-// projection: one kernel where mlx.Frame.AffineLinearHeadsRoPE makes it
-// one.
-func (w *Weight) LinearHeadsRoPE(f *mlx.Frame, x mlx.Array, heads, kvHeads, headDim, dims int, traditional bool, base, scale float32, positions, freqs mlx.Array) (q, k, v mlx.Array) {
+// LinearHeadsRoPE is HeadsRoPE(Linear(RMSNorm(x, norm, eps)), ...) for a
+// fused q/k/v projection (no RMSNorm where norm is invalid): one kernel
+// where mlx.Frame.AffineLinearHeadsRoPE makes it one.
+func (w *Weight) LinearHeadsRoPE(f *mlx.Frame, x, norm mlx.Array, eps float32, heads, kvHeads, headDim, dims int, traditional bool, base, scale float32, positions, freqs mlx.Array) (q, k, v mlx.Array) {
 	if w.plainAffine() {
-		return f.AffineLinearHeadsRoPE(x, w.W, w.Scales, w.Biases, w.GroupSize, w.Bits, heads, kvHeads, headDim, dims,
-			traditional, base, scale, positions, freqs)
+		return f.AffineLinearHeadsRoPE(x, w.W, w.Scales, w.Biases, w.GroupSize, w.Bits, norm, eps, heads, kvHeads, headDim,
+			dims, traditional, base, scale, positions, freqs)
 	}
-	return f.HeadsRoPE(w.Linear(f, x), heads, kvHeads, headDim, dims, traditional, base, scale, positions, freqs)
+	return f.HeadsRoPE(w.Linear(f, normed(f, x, norm, eps)), heads, kvHeads, headDim, dims, traditional, base, scale, positions, freqs)
+}
+
+// normed is RMSNorm(x, norm, eps), or x where norm is invalid.
+func normed(f *mlx.Frame, x, norm mlx.Array, eps float32) mlx.Array {
+	if norm.Valid() {
+		return f.RMSNorm(x, norm, eps)
+	}
+	return x
 }
 
 // plainAffine reports whether Linear is mlx.Frame.AffineLinear alone: an

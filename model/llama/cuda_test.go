@@ -163,7 +163,7 @@ func TestDispatchedLayersSameLogitsCUDA(t *testing.T) {
 // TestFusedGemvSameLogitsCUDA decodes greedily on a GPU with the
 // checkpoint PROVIDER_BENCH_MODEL names, with the matrix-vector kernel's
 // products fused with the residual add, the SwiGLU and the q/k/v
-// rotation (mlx.SetFusedGemv) and kept apart: one row (the kernel's
+// rotation (mlx.SetFusedGemv(1)) and kept apart: one row (the kernel's
 // default), then two with the tensor-core kernel off (the matrix-vector
 // kernel then takes both). The fused kernels round and compute as the ops
 // they replace, so every logit must be the same float.
@@ -174,16 +174,16 @@ func TestFusedGemvSameLogitsCUDA(t *testing.T) {
 	}
 	d := loadOnDevice(t, path)
 	d.th.Do(func() {
-		defer mlx.SetFusedGemv(mlx.SetFusedGemv(true))
+		defer mlx.SetFusedGemv(mlx.SetFusedGemv(1))
 		defer mlx.SetAffineMMA(mlx.SetAffineMMA(true))
 		for _, c := range []struct {
 			prompts []int
 			mma     bool
 		}{{[]int{120}, true}, {[]int{120, 57}, false}} {
 			mlx.SetAffineMMA(c.mma)
-			mlx.SetFusedGemv(false)
+			mlx.SetFusedGemv(0)
 			want := decodeGreedy(t, d.s, d.cfg, d.net, c.prompts, 8)
-			mlx.SetFusedGemv(true)
+			mlx.SetFusedGemv(1)
 			got := decodeGreedy(t, d.s, d.cfg, d.net, c.prompts, 8)
 			for i := range want.logits {
 				if got.logits[i] != want.logits[i] {
@@ -193,4 +193,18 @@ func TestFusedGemvSameLogitsCUDA(t *testing.T) {
 			t.Logf("%d rows: %d logits the same fused and apart", len(c.prompts), len(want.logits))
 		}
 	})
+}
+
+// TestFusedNormSameTokensCUDA is TestLayerKernelsSameTokensCUDA for the
+// RMSNorms inside the fused q/k/v and gate/up products (mlx.SetFusedGemv
+// 2) against the norms apart (1), for one row, which the matrix-vector
+// kernel takes.
+func TestFusedNormSameTokensCUDA(t *testing.T) {
+	sameTokensCUDA(t, "the norms in the products", func(on bool) bool {
+		level := 1
+		if on {
+			level = 2
+		}
+		return mlx.SetFusedGemv(level) == 2
+	}, []int{120})
 }

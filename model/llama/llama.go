@@ -117,15 +117,13 @@ func (m *Model) Forward(f *mlx.Frame, b *kvpool.Batch) mlx.Array {
 	x := f.AsType(m.embed.Embed(f, b.TokenIDs()), c.ActDType) // [1, N, hidden]
 	for li := range m.layers {
 		l := &m.layers[li]
-		h := m.rmsNorm(f, x, l.attnNorm)
-		x = m.attention(f, l, li, h, b, x)
+		x = m.attention(f, l, li, x, b)
 		if c.ReferenceNumerics && li == len(m.layers)-1 {
 			// llama.cpp drops the rows it does not output before the last
 			// feed-forward, whose F32 matmuls then sum in single-row order.
 			x = f.Take(x, b.SampleIndex(), 1)
 		}
-		h = m.rmsNorm(f, x, l.mlpNorm)
-		x = l.down.LinearAdd(f, m.swiGLU(f, l, h), x)
+		x = l.down.LinearAdd(f, m.swiGLU(f, l, x), x)
 		f.DispatchLayer(li, x)
 	}
 	if !c.ReferenceNumerics {
@@ -136,12 +134,14 @@ func (m *Model) Forward(f *mlx.Frame, b *kvpool.Batch) mlx.Array {
 	return f.AsType(f.Reshape(logits, len(b.LogitRows()), c.Vocab), mlx.Float32)
 }
 
-// swiGLU is the layer's gated activation of h, before the down
-// projection.
-func (m *Model) swiGLU(f *mlx.Frame, l *layer, h mlx.Array) mlx.Array {
+// swiGLU is the layer's gated activation of x normalized, before the
+// down projection.
+func (m *Model) swiGLU(f *mlx.Frame, l *layer, x mlx.Array) mlx.Array {
 	if l.gateUp != nil && !m.cfg.ReferenceNumerics {
-		return l.gateUp.LinearSwiGLU(f, h)
+		// The norm goes into the projection's kernel where it can.
+		return l.gateUp.LinearSwiGLU(f, x, l.mlpNorm.W, m.cfg.NormEps)
 	}
+	h := m.rmsNorm(f, x, l.mlpNorm)
 	var g, u mlx.Array
 	if l.gateUp != nil {
 		gu := l.gateUp.LinearParts(f, h)
@@ -155,9 +155,9 @@ func (m *Model) swiGLU(f *mlx.Frame, l *layer, h mlx.Array) mlx.Array {
 	return f.SwiGLU(g, u)
 }
 
-// attention of the step's N tokens, added to the residual x; h is [1, N,
-// hidden], normalized x.
-func (m *Model) attention(f *mlx.Frame, l *layer, li int, h mlx.Array, b *kvpool.Batch, x mlx.Array) mlx.Array {
+// attention of the step's N tokens, added to the residual x [1, N,
+// hidden].
+func (m *Model) attention(f *mlx.Frame, l *layer, li int, x mlx.Array, b *kvpool.Batch) mlx.Array {
 	c := m.cfg
 	N := b.N()
 	// A projection's n heads are laid out as [N, n, 1, headDim] for rope
@@ -177,9 +177,15 @@ func (m *Model) attention(f *mlx.Frame, l *layer, li int, h mlx.Array, b *kvpool
 	switch {
 	case l.qkv != nil && !ref:
 		// One product, laid out as heads (q's, then k's, then v's), split
-		// and rotated in one step (one kernel on CUDA).
-		q, k, v = l.qkv.LinearHeadsRoPE(f, h, c.Heads, c.KVHeads, c.HeadDim, r.Dims, r.Traditional, r.Base, r.Scale, pos, m.freqs)
+		// and rotated in one step (one kernel on CUDA, the norm in it
+		// but under reference numerics).
+		in, norm := x, l.attnNorm.W
+		if c.ReferenceNumerics {
+			in, norm = m.rmsNorm(f, x, l.attnNorm), mlx.Array{}
+		}
+		q, k, v = l.qkv.LinearHeadsRoPE(f, in, norm, c.NormEps, c.Heads, c.KVHeads, c.HeadDim, r.Dims, r.Traditional, r.Base, r.Scale, pos, m.freqs)
 	default:
+		h := m.rmsNorm(f, x, l.attnNorm)
 		var yq, yk, yv mlx.Array
 		if l.qkv != nil {
 			// Reference numerics over fused weights: the projection's

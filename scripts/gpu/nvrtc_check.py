@@ -122,15 +122,18 @@ def main():
             shared = [("T", t), ("BITS", bits), ("G", 64), ("M", m), ("R", r), ("U", u)]
             cases.append((f"affine_gemv_add {t} bits={bits} M={m} R={r}", "kAffineGemvAdd", gemv + [("res", t)],
                           [("y", t)], shared))
-            cases.append((f"affine_gemv_swiglu {t} bits={bits} M={m} R={r}", "kAffineGemvSwiglu", gemv, [("y", t)],
-                          shared))
-            for dims, trad, freqs in ((128, False, False), (64, True, True)):
-                cases.append((f"affine_gemv_heads_rope {t} bits={bits} M={m} R={r} dims={dims} traditional={trad}",
-                              "kAffineGemvHeads", gemv + [("pos", "int32"), ("freqs", "float32")],
-                              [("q", t), ("k", t), ("v", t)],
-                              shared + [("H", 32), ("KV", 8), ("D", 128), ("DIMS", dims), ("TRAD", trad),
-                                        ("HAS_FREQS", freqs), ("LOG2_BASE_BITS", 0x41549A78),
-                                        ("SCALE_BITS", 0x3F800000)]))
+            norm = ([("nw", t)], [("EPS_BITS", 0x3727C5AC)])  # 1e-5
+            for suffix, (nin, nargs) in (("", ([], [])), ("Norm", norm)):
+                cases.append((f"affine_gemv_swiglu{suffix} {t} bits={bits} M={m} R={r}", "kAffineGemvSwiglu" + suffix,
+                              gemv + nin, [("y", t)], shared + nargs))
+                for dims, trad, freqs in ((128, False, False), (64, True, True)):
+                    cases.append((f"affine_gemv_heads_rope{suffix} {t} bits={bits} M={m} R={r} dims={dims} "
+                                  f"traditional={trad}", "kAffineGemvHeads" + suffix,
+                                  gemv + [("pos", "int32"), ("freqs", "float32")] + nin,
+                                  [("q", t), ("k", t), ("v", t)],
+                                  shared + [("H", 32), ("KV", 8), ("D", 128), ("DIMS", dims), ("TRAD", trad),
+                                            ("HAS_FREQS", freqs), ("LOG2_BASE_BITS", 0x41549A78),
+                                            ("SCALE_BITS", 0x3F800000)] + nargs))
     for t in ("float16", "bfloat16"):
         for nt, g, w, u, pf in ((1, 64, 4, 4, False), (1, 32, 4, 4, True), (2, 128, 1, 2, False), (4, 64, 8, 4, True)):
             cases.append((f"affine_mma {t} NT={nt} G={g} W={w} U={u} PF={pf}", "kAffineMma",

@@ -314,6 +314,7 @@ runs)
 	# up to 30 % between processes, so settings are compared in turn.
 	kvpool_test
 	cp "$D/kvpool.txt" "$R/"
+	[ ! -f "$D/mlx.txt" ] || cp "$D/mlx.txt" "$R/"
 	checkpoint
 	if [ -n "${LLAMA_RUN:-}" ]; then
 		cuda_test llama model/llama "$LLAMA_RUN" PROVIDER_BENCH_MODEL="$CKPT"
