@@ -1544,7 +1544,7 @@ struct MmaShape {
 struct GemvConfig {
   bool on = true;
   GemvShape shape;
-  int fused = 2;
+  int fused = 1;
   bool mma = true;
   MmaShape mma_shape;
   const char* error = nullptr;
@@ -1554,10 +1554,10 @@ struct GemvConfig {
 // shape, 0 for MLX's own quantized matmul, R:U:W for another shape
 // (benchmarks); and PROVIDER_GPU_QMV_ROWS, the most rows the kernel takes
 // (default 4: on an H100 it beats MLX's kernels at 1, 2 and 4 rows and
-// loses at 8); PROVIDER_GPU_QMV_FUSED: 2 (the default) fuses its products
-// with what the layer does next and the RMSNorm before (see
-// kAffineGemvAdd, kGemvNorm), 1 with what it does next only, 0 with
-// neither. PROVIDER_GPU_QMMA: unset or 1 for the tensor-core kernel
+// loses at 8); PROVIDER_GPU_QMV_FUSED: 1 (the default) fuses its products
+// with what the layer does next (see kAffineGemvAdd), 2 with the RMSNorm
+// before too (kGemvNorm: correct, but on an H100 its one-row step took
+// twice as long), 0 with neither. PROVIDER_GPU_QMMA: unset or 1 for the tensor-core kernel
 // with the default shape, 0 for none, W:U[:P] for another shape (P 1
 // loads a warp's next stage while it computes one); it takes 2
 // to PROVIDER_GPU_QMMA_ROWS rows (default 32), and one row too when the
