@@ -48,6 +48,19 @@ func onCUDA(tb testing.TB, fn func(s Stream)) {
 	th.Do(func() { fn(s) })
 }
 
+// gpuAndCPUFrames is a frame on s and one on the CPU (where the affine
+// kernels' tests quantize their weights), both freed by free.
+func gpuAndCPUFrames(s Stream) (f, cf *Frame, free func()) {
+	f = NewFrame(s)
+	cpu := CPU()
+	cf = NewFrame(cpu)
+	return f, cf, func() {
+		cf.Free()
+		cpu.Free()
+		f.Free()
+	}
+}
+
 // setGemvEnv sets an environment variable of the affine kernel for the
 // test and has the next product read it; when the test ends, the variable
 // is restored and read again (the reload registered first runs last).
@@ -161,12 +174,8 @@ func TestAffineGemvCUDA(t *testing.T) {
 		} {
 			name := fmt.Sprintf("n%d_k%d_g%d_b%d_%v_%v", c.n, c.k, c.group, c.bits, c.x, c.scales)
 			func() {
-				f := NewFrame(s)
-				defer f.Free()
-				cpu := CPU()
-				defer cpu.Free()
-				cf := NewFrame(cpu)
-				defer cf.Free()
+				f, cf, free := gpuAndCPUFrames(s)
+				defer free()
 				w, sc, bi, x, xOff := affineInputs(t, f, cf, rng, c.n, c.k, c.group, c.bits, c.scales, c.x, 8, name)
 				ref, mag := affineReference(f, x, w, sc, bi, c.n, c.k, c.group, c.bits, nil)
 				refOff, magOff := affineReference(f, xOff, w, sc, bi, c.n, c.k, c.group, c.bits, nil)

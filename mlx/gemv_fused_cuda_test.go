@@ -65,12 +65,8 @@ func TestAffineGemvFusedCUDA(t *testing.T) {
 // fuses wherever the kernel takes the product).
 func checkFusedGemv(t *testing.T, s Stream, rng *rand.Rand, name string, bits, group int, xType Dtype, m, k, hidden, heads, kvHeads, d, dims int, traditional, freqsOn, fusedWant bool) {
 	t.Helper()
-	f := NewFrame(s)
-	defer f.Free()
-	cpu := CPU()
-	defer cpu.Free()
-	cf := NewFrame(cpu)
-	defer cf.Free()
+	f, cf, free := gpuAndCPUFrames(s)
+	defer free()
 	const ff = 192
 	width := (heads + 2*kvHeads) * d
 	wo, so, bo, x, _ := affineInputs(t, f, cf, rng, hidden, k, group, bits, xType, xType, m, name)
@@ -181,4 +177,52 @@ func checkFusedGemv(t *testing.T, s Stream, rng *rand.Rand, name string, bits, g
 		}
 	}
 	t.Logf("%s: the norm in the kernel moved outputs by up to %.3g of |output| + RMS (%.3g roundings)", name, worst, worst/rounding)
+}
+
+// TestAffineLinearFusedOps checks the fused products' MLX-ops path, which
+// they take off a CUDA stream (here, the CPU): each the same floats as
+// the ops it stands for, built one by one, with and without the RMSNorm
+// before.
+func TestAffineLinearFusedOps(t *testing.T) {
+	onThread(t, func(s Stream) {
+		f := NewFrame(s)
+		defer f.Free()
+		rng := rand.New(rand.NewPCG(13, 14))
+		const m, k, hidden, ff, heads, kv, d, group, bits = 3, 256, 128, 96, 2, 1, 64, 64, 4
+		const base, scale, eps = 10000, 1, 1e-5
+		x, res := randomRows(f, rng, m, k), randomRows(f, rng, m, hidden)
+		norm := f.Add(f.Reshape(randomRows(f, rng, 1, k), k), f.Scalar(1))
+		wo, so, bo := quantized(f, rng, hidden, k, group, bits, Float32)
+		wg, sg, bg := quantized(f, rng, 2*ff, k, group, bits, Float32)
+		wq, sq, bq := quantized(f, rng, (heads+2*kv)*d, k, group, bits, Float32)
+		positions := f.Int32s([]int32{0, 7, 70000}, m)
+		same := func(what string, got, want Array) {
+			g, w := f.ToFloat32s(got), f.ToFloat32s(want)
+			if err := f.Err(); err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			if len(g) != len(w) || len(g) == 0 {
+				t.Fatalf("%s: %d floats, want %d", what, len(g), len(w))
+			}
+			for i := range g {
+				if g[i] != w[i] {
+					t.Fatalf("%s: element %d is %v, %v through the ops", what, i, g[i], w[i])
+				}
+			}
+		}
+		same("residual", f.AffineLinearAdd(x, wo, so, bo, group, bits, res), f.Add(res, f.AffineLinear(x, wo, so, bo, group, bits)))
+		for _, nw := range []Array{{}, norm} {
+			in := x
+			if nw.Valid() {
+				in = f.RMSNorm(x, nw, eps)
+			}
+			name := fmt.Sprintf("norm %v", nw.Valid())
+			same(name+": gate/up", f.AffineLinearSwiGLU(x, wg, sg, bg, group, bits, nw, eps), f.SwiGLUHalves(f.AffineLinear(in, wg, sg, bg, group, bits)))
+			q, kk, v := f.AffineLinearHeadsRoPE(x, wq, sq, bq, group, bits, nw, eps, heads, kv, d, d, false, base, scale, positions, Array{})
+			oq, ok, ov := f.HeadsRoPE(f.AffineLinear(in, wq, sq, bq, group, bits), heads, kv, d, d, false, base, scale, positions, Array{})
+			same(name+": q", q, oq)
+			same(name+": k", kk, ok)
+			same(name+": v", v, ov)
+		}
+	})
 }

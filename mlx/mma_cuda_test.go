@@ -45,12 +45,8 @@ func TestAffineMmaCUDA(t *testing.T) {
 		} {
 			name := fmt.Sprintf("n%d_k%d_g%d_%v", c.n, c.k, c.group, c.x)
 			func() {
-				f := NewFrame(s)
-				defer f.Free()
-				cpu := CPU()
-				defer cpu.Free()
-				cf := NewFrame(cpu)
-				defer cf.Free()
+				f, cf, free := gpuAndCPUFrames(s)
+				defer free()
 				w, sc, bi, x, xOff := affineInputs(t, f, cf, rng, c.n, c.k, c.group, 4, c.x, c.x, rows, name)
 				round := func(v float64) float64 { return roundTo(v, c.mant, c.exp) }
 				// The matrix-vector kernel off: the product's one custom
