@@ -138,11 +138,7 @@ func decodeGreedy(t *testing.T, s mlx.Stream, cfg model.Config, net *llama.Model
 // step's end and queued each 1 and 4 layers (mlx.SetDispatchLayers): the
 // same graph, so every logit must be the same float.
 func TestDispatchedLayersSameLogitsCUDA(t *testing.T) {
-	path := os.Getenv("PROVIDER_BENCH_MODEL")
-	if path == "" {
-		t.Skip("NEEDS PROVIDER_BENCH_MODEL (a Llama checkpoint) and a CUDA device: layers queued during a step are untested here")
-	}
-	d := loadOnDevice(t, path)
+	d := benchCheckpoint(t, "layers queued during a step are")
 	d.th.Do(func() {
 		defer mlx.SetDispatchLayers(mlx.SetDispatchLayers(0))
 		prompts := []int{120, 57, 33, 9}
@@ -150,11 +146,7 @@ func TestDispatchedLayersSameLogitsCUDA(t *testing.T) {
 		for _, every := range []int{1, 4} {
 			mlx.SetDispatchLayers(every)
 			got := decodeGreedy(t, d.s, d.cfg, d.net, prompts, 8)
-			for i := range want.logits {
-				if got.logits[i] != want.logits[i] {
-					t.Fatalf("queued each %d layers: logit %d is %v, %v evaluated at the step's end", every, i, got.logits[i], want.logits[i])
-				}
-			}
+			sameLogits(t, fmt.Sprintf("queued each %d layers", every), "evaluated at the step's end", got, want)
 			t.Logf("queued each %d layers: %d logits the same", every, len(want.logits))
 		}
 	})
@@ -168,11 +160,7 @@ func TestDispatchedLayersSameLogitsCUDA(t *testing.T) {
 // kernel then takes both). The fused kernels round and compute as the ops
 // they replace, so every logit must be the same float.
 func TestFusedGemvSameLogitsCUDA(t *testing.T) {
-	path := os.Getenv("PROVIDER_BENCH_MODEL")
-	if path == "" {
-		t.Skip("NEEDS PROVIDER_BENCH_MODEL (a Llama checkpoint) and a CUDA device: the fused products are untested here")
-	}
-	d := loadOnDevice(t, path)
+	d := benchCheckpoint(t, "the fused products are")
 	d.th.Do(func() {
 		defer mlx.SetFusedGemv(mlx.SetFusedGemv(1))
 		defer mlx.SetAffineMMA(mlx.SetAffineMMA(true))
@@ -185,11 +173,7 @@ func TestFusedGemvSameLogitsCUDA(t *testing.T) {
 			want := decodeGreedy(t, d.s, d.cfg, d.net, c.prompts, 8)
 			mlx.SetFusedGemv(1)
 			got := decodeGreedy(t, d.s, d.cfg, d.net, c.prompts, 8)
-			for i := range want.logits {
-				if got.logits[i] != want.logits[i] {
-					t.Fatalf("%d rows: logit %d is %v fused, %v apart", len(c.prompts), i, got.logits[i], want.logits[i])
-				}
-			}
+			sameLogits(t, fmt.Sprintf("%d rows fused", len(c.prompts)), "apart", got, want)
 			t.Logf("%d rows: %d logits the same fused and apart", len(c.prompts), len(want.logits))
 		}
 	})
@@ -207,4 +191,28 @@ func TestFusedNormSameTokensCUDA(t *testing.T) {
 		}
 		return mlx.SetFusedGemv(level) == 2
 	}, []int{120})
+}
+
+// benchCheckpoint is the checkpoint PROVIDER_BENCH_MODEL names, loaded on
+// the default device, or a loud skip naming what goes untested.
+func benchCheckpoint(t *testing.T, untested string) onDevice {
+	path := os.Getenv("PROVIDER_BENCH_MODEL")
+	if path == "" {
+		t.Skipf("NEEDS PROVIDER_BENCH_MODEL (a Llama checkpoint) and a CUDA device: %s untested here", untested)
+	}
+	return loadOnDevice(t, path)
+}
+
+// sameLogits requires every logit of got (what names it) to be the same
+// float as want's (than names it).
+func sameLogits(t *testing.T, what, than string, got, want greedyRun) {
+	t.Helper()
+	if len(got.logits) != len(want.logits) {
+		t.Fatalf("%s: %d logits, %d %s", what, len(got.logits), len(want.logits), than)
+	}
+	for i := range want.logits {
+		if got.logits[i] != want.logits[i] {
+			t.Fatalf("%s: logit %d is %v, %v %s", what, i, got.logits[i], want.logits[i], than)
+		}
+	}
 }
