@@ -177,8 +177,8 @@ func (m *Model) attention(f *mlx.Frame, l *layer, li int, x mlx.Array, b *kvpool
 	switch {
 	case l.qkv != nil && !ref:
 		// One product, laid out as heads (q's, then k's, then v's), split
-		// and rotated in one step (one kernel on CUDA, the norm in it
-		// but under reference numerics).
+		// and rotated in one step (one kernel on CUDA, which may take the
+		// norm too; reference numerics keep the norm apart).
 		in, norm := x, l.attnNorm.W
 		if c.ReferenceNumerics {
 			in, norm = m.rmsNorm(f, x, l.attnNorm), mlx.Array{}
