@@ -15,6 +15,7 @@
 #   bash scripts/gpu/session.sh trace    # device timelines (ktrace): our step, mlx-lm's, our server's at c=1
 #   SETTINGS="- MLX_MAX_OPS_PER_BUFFER=200" bash scripts/gpu/session.sh mlxenv  # the step per MLX setting
 #   RUNS="a|rows1|50|VAR=1,VAR2=2|trace b|rows8|50||" [ROUNDS=3] bash scripts/gpu/session.sh runs  # named decode steps
+#     (CPUS=gpu or CPUS=LIST among a run's variables pins it to those cores)
 #   CASES="n4096_k4096/rows8/qmv0 n4096_k4096/rows8/qmv1" bash scripts/gpu/session.sh qmvtrace  # products' device time
 #   HPROF="build1:3000 rows1:500" bash scripts/gpu/session.sh hprof  # host samples of our step, then mlx-lm's
 #
@@ -69,14 +70,35 @@ bench_ours() {
 # decode_step NAME SUB-BENCHMARK STEPS [VAR=VALUE ...]: model/llama's
 # BenchmarkDecodeStep on the checkpoint, its output in $D/NAME.txt; the
 # test binary is TESTBIN if set (another build, for a before and after in
-# one run), else /tmp/llama.test.
+# one run), else /tmp/llama.test. CPUS=LIST among the variables runs it
+# on those cores only (taskset; "gpu" for the GPU's local cores, see
+# gpu_cpus).
 decode_step() {
-	local name=$1 sub=$2 steps=$3
+	local name=$1 sub=$2 steps=$3 pin=()
 	shift 3
-	(cd model/llama && env PROVIDER_BENCH_MODEL="$CKPT" "$@" timeout 150 "${TESTBIN:-/tmp/llama.test}" -test.run '^$' \
-		-test.bench "BenchmarkDecodeStep/$sub" -test.benchtime "${steps}x") >"$D/$name.txt" 2>&1
+	for v in "$@"; do
+		case $v in CPUS=gpu) pin=(taskset -c "$(gpu_cpus)") ;; CPUS=*) pin=(taskset -c "${v#CPUS=}") ;; esac
+	done
+	(cd model/llama && env PROVIDER_BENCH_MODEL="$CKPT" "$@" "${pin[@]}" timeout 150 "${TESTBIN:-/tmp/llama.test}" \
+		-test.run '^$' -test.bench "BenchmarkDecodeStep/$sub" -test.benchtime "${steps}x") >"$D/$name.txt" 2>&1
 	echo "$name: exit $?"
 	grep -E '^Benchmark' "$D/$name.txt"
+}
+# gpu_cpus: the cores local to the first NVIDIA GPU (its PCI device's
+# local_cpulist), or every core where the system does not say.
+gpu_cpus() {
+	local dev
+	for dev in /sys/bus/pci/devices/*; do
+		# NVIDIA (0x10de), a display controller (class 0x03....).
+		if [ "$(cat "$dev/vendor" 2>/dev/null)" = 0x10de ] && [ -f "$dev/local_cpulist" ]; then
+			case $(cat "$dev/class") in 0x03*)
+				cat "$dev/local_cpulist"
+				return
+				;;
+			esac
+		fi
+	done
+	echo "0-$(($(nproc --all) - 1))"
 }
 # setting_vars SETTING: vars, the array of the VAR=VALUE a setting lists
 # (comma-separated; "-" or empty for none).
@@ -312,6 +334,14 @@ runs)
 	# comes, then mlx-lm's step. With ROUNDS=N the list runs N times in
 	# turn, each name suffixed -1 .. -N: a step the host paces moves by
 	# up to 30 % between processes, so settings are compared in turn.
+	# Where the host's cores lie against the GPU's (a step the host paces
+	# may run at one of two speeds from one process to the next).
+	{
+		nvidia-smi topo -m
+		echo "GPU-local cores: $(gpu_cpus)"
+		lscpu
+	} >"$D/topo.txt" 2>&1
+	cp "$D/topo.txt" "$R/"
 	kvpool_test
 	cp "$D/kvpool.txt" "$R/"
 	[ ! -f "$D/mlx.txt" ] || cp "$D/mlx.txt" "$R/"
