@@ -184,23 +184,22 @@ func (f *Frame) AffineLinearAdd(x, w, scales, biases Array, groupSize, bits int,
 // AffineLinearSwiGLU is SwiGLUHalves(AffineLinear(RMSNorm(x, norm, eps),
 // w, scales, biases, groupSize, bits)) for a fused gate/up projection w,
 // without the RMSNorm where norm is invalid. On a CUDA stream, where the
-// matrix-vector kernel takes the product and the layer kernels are on, it
-// is one kernel: without the norm, the same floats as the ops; with it,
-// the normalized x is not rounded to x's type as RMSNorm's result is.
-// Elsewhere it is the ops.
+// matrix-vector kernel takes the product and the layer kernels are on, the
+// product and the activation are one kernel, with the same floats as the
+// ops; the RMSNorm stays MLX's unless PROVIDER_GPU_QMV_FUSED=2 moves it
+// into the kernel, which does not round the normalized x to x's type as
+// RMSNorm's result is. Elsewhere it is the ops.
 func (f *Frame) AffineLinearSwiGLU(x, w, scales, biases Array, groupSize, bits int, norm Array, eps float32) Array {
-	var y Array
-	f.normedGemv(&x, norm, eps, func(norm Array) bool {
+	if f.layerKernelsOn() {
 		out, ok := f.fusedGemv("affine_gemv_swiglu", 1, func(r *C.mlx_vector_array) C.int {
 			return C.mlx_cuda_affine_gemv_swiglu(r, x.c, w.c, scales.c, biases.c, C.int(groupSize), C.int(bits), norm.c,
 				C.float(eps), f.s.c)
 		}, x, w, scales, biases)
 		if ok {
-			y = out[0]
+			return out[0]
 		}
-		return ok
-	}, func() { y = f.SwiGLUHalves(f.AffineLinear(x, w, scales, biases, groupSize, bits)) })
-	return y
+	}
+	return f.SwiGLUHalves(f.AffineLinear(f.RMSNormIf(x, norm, eps), w, scales, biases, groupSize, bits))
 }
 
 // AffineLinearHeadsRoPE is HeadsRoPE(AffineLinear(RMSNorm(x, norm, eps),
@@ -208,7 +207,7 @@ func (f *Frame) AffineLinearSwiGLU(x, w, scales, biases Array, groupSize, bits i
 // w, without the RMSNorm where norm is invalid: one kernel or the ops, as
 // AffineLinearSwiGLU.
 func (f *Frame) AffineLinearHeadsRoPE(x, w, scales, biases Array, groupSize, bits int, norm Array, eps float32, heads, kvHeads, headDim, dims int, traditional bool, base, scale float32, positions, freqs Array) (q, k, v Array) {
-	f.normedGemv(&x, norm, eps, func(norm Array) bool {
+	if f.layerKernelsOn() {
 		in := []Array{x, w, scales, biases, positions}
 		if freqs.Valid() {
 			in = append(in, freqs)
@@ -220,34 +219,19 @@ func (f *Frame) AffineLinearHeadsRoPE(x, w, scales, biases Array, groupSize, bit
 				C.float(scale), positions.c, freqs.c, f.s.c)
 		}, in...)
 		if ok {
-			q, k, v = out[0], out[1], out[2]
+			return out[0], out[1], out[2]
 		}
-		return ok
-	}, func() {
-		q, k, v = f.HeadsRoPE(f.AffineLinear(x, w, scales, biases, groupSize, bits), heads, kvHeads, headDim, dims,
-			traditional, base, scale, positions, freqs)
-	})
-	return q, k, v
+	}
+	return f.HeadsRoPE(f.AffineLinear(f.RMSNormIf(x, norm, eps), w, scales, biases, groupSize, bits), heads, kvHeads, headDim,
+		dims, traditional, base, scale, positions, freqs)
 }
 
-// normedGemv runs a fused product of *x normalized by norm (when valid)
-// through fused, which reports whether its kernel took it: with the norm
-// inside the kernel, then, where that is not taken, with the RMSNorm
-// apart (*x becoming it) and the product fused after it, then, where that
-// is not taken either, apart: the ops.
-func (f *Frame) normedGemv(x *Array, norm Array, eps float32, fused func(norm Array) bool, apart func()) {
-	if f.layerKernelsOn() {
-		if norm.Valid() && fused(norm) {
-			return
-		}
-	}
+// RMSNormIf is RMSNorm(x, norm, eps), or x where norm is invalid.
+func (f *Frame) RMSNormIf(x, norm Array, eps float32) Array {
 	if norm.Valid() {
-		*x = f.RMSNorm(*x, norm, eps)
+		return f.RMSNorm(x, norm, eps)
 	}
-	if f.layerKernelsOn() && fused(Array{}) {
-		return
-	}
-	apart()
+	return x
 }
 
 // fusedGemv runs call, one of the fused matrix-vector products, which

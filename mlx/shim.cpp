@@ -1870,14 +1870,14 @@ std::vector<mx::array> gemv_launch(const mx::fast::CustomKernelFunction& fn, con
 
 // fused_gemv reports whether the matrix-vector kernel takes x @
 // dequantize(w).T fused with what follows it (pairs: two outputs of w
-// make one, which needs an even R) and, where norm holds an array, with
-// the RMSNorm of x by it before (a vector of x's length).
+// make one, which needs an even R), x RMS-normalized first where norm
+// holds an array (a vector of x's length).
 bool fused_gemv(const GemvConfig& c, const mx::array& x, const mx::array& w, const mx::array& scales,
                 const mx::array& biases, int group_size, int bits, const mx::Stream& st, bool pairs,
                 const mlx_array norm) {
   if (norm.ctx != nullptr) {
     const mx::array& n = arr(norm);
-    if (c.fused < 2 || n.ndim() != 1 || n.size() != static_cast<size_t>(x.shape(-1)) || !float_type(n.dtype())) {
+    if (n.ndim() != 1 || n.size() != static_cast<size_t>(x.shape(-1)) || !float_type(n.dtype())) {
       return false;
     }
   }
@@ -1885,14 +1885,23 @@ bool fused_gemv(const GemvConfig& c, const mx::array& x, const mx::array& w, con
          affine_kernel(c, x, w, scales, biases, group_size, bits, st) == AffineKernel::gemv;
 }
 
-// norm_inputs is the inputs and template arguments a fused kernel takes
-// for norm (nothing where it holds no array).
-void norm_inputs(const mlx_array norm, float eps, std::vector<mx::array>& in,
-                 std::vector<std::pair<std::string, mx::fast::TemplateArg>>& targs) {
-  if (norm.ctx != nullptr) {
-    in.push_back(arr(norm));
-    targs.push_back({"EPS_BITS", float_bits(eps)});
+// norm_inputs adds what a fused kernel takes for norm (nothing where it
+// holds no array) to its inputs, x first, and template arguments: the
+// norm's weights and eps where the kernel normalizes x itself
+// (PROVIDER_GPU_QMV_FUSED=2), else x replaced by MLX's RMSNorm of it (as
+// the ops apart make it). It reports whether the kernel normalizes.
+bool norm_inputs(const GemvConfig& c, const mlx_array norm, float eps, const mx::Stream& st,
+                 std::vector<mx::array>& in, std::vector<std::pair<std::string, mx::fast::TemplateArg>>& targs) {
+  if (norm.ctx == nullptr) {
+    return false;
   }
+  if (c.fused < 2) {
+    in[0] = mx::fast::rms_norm(in[0], arr(norm), eps, st);
+    return false;
+  }
+  in.push_back(arr(norm));
+  targs.push_back({"EPS_BITS", float_bits(eps)});
+  return true;
 }
 
 }  // namespace
@@ -2048,9 +2057,9 @@ int mlx_cuda_affine_gemv_swiglu(mlx_vector_array* res, const mlx_array x, const 
     shape.back() = wa.shape(0) / 2;
     std::vector<mx::array> in{xa, wa, arr(scales), arr(biases)};
     std::vector<std::pair<std::string, mx::fast::TemplateArg>> targs;
-    norm_inputs(norm, eps, in, targs);
-    vec(*res) = gemv_launch(norm.ctx != nullptr ? normed : kernel, in, {shape}, {xa.dtype()}, wa.shape(0), c.shape,
-                            group_size, bits, std::move(targs), st);
+    const bool inside = norm_inputs(c, norm, eps, st, in, targs);
+    vec(*res) = gemv_launch(inside ? normed : kernel, in, {shape}, {xa.dtype()}, wa.shape(0), c.shape, group_size, bits,
+                            std::move(targs), st);
   });
 }
 
@@ -2092,8 +2101,8 @@ int mlx_cuda_affine_gemv_heads_rope(mlx_vector_array* res, const mlx_array x, co
         {"HAS_FREQS", has_freqs},
         {"LOG2_BASE_BITS", float_bits(has_freqs ? 0.f : std::log2(base.value))},
         {"SCALE_BITS", float_bits(scale)}};
-    norm_inputs(norm, eps, in, targs);
-    vec(*res) = gemv_launch(norm.ctx != nullptr ? normed : kernel, in,
+    const bool inside = norm_inputs(c, norm, eps, st, in, targs);
+    vec(*res) = gemv_launch(inside ? normed : kernel, in,
                             {{N, heads, D}, {N, kv_heads, D}, {N, kv_heads, D}}, {xa.dtype(), xa.dtype(), xa.dtype()},
                             width, c.shape, group_size, bits, std::move(targs), st);
   });

@@ -195,7 +195,7 @@ func (w *Weight) LinearSwiGLU(f *mlx.Frame, x, norm mlx.Array, eps float32) mlx.
 	if w.plainAffine() {
 		return f.AffineLinearSwiGLU(x, w.W, w.Scales, w.Biases, w.GroupSize, w.Bits, norm, eps)
 	}
-	return f.SwiGLUHalves(w.Linear(f, normed(f, x, norm, eps)))
+	return f.SwiGLUHalves(w.Linear(f, f.RMSNormIf(x, norm, eps)))
 }
 
 // LinearHeadsRoPE is HeadsRoPE(Linear(RMSNorm(x, norm, eps)), ...) for a
@@ -206,15 +206,7 @@ func (w *Weight) LinearHeadsRoPE(f *mlx.Frame, x, norm mlx.Array, eps float32, h
 		return f.AffineLinearHeadsRoPE(x, w.W, w.Scales, w.Biases, w.GroupSize, w.Bits, norm, eps, heads, kvHeads, headDim,
 			dims, traditional, base, scale, positions, freqs)
 	}
-	return f.HeadsRoPE(w.Linear(f, normed(f, x, norm, eps)), heads, kvHeads, headDim, dims, traditional, base, scale, positions, freqs)
-}
-
-// normed is RMSNorm(x, norm, eps), or x where norm is invalid.
-func normed(f *mlx.Frame, x, norm mlx.Array, eps float32) mlx.Array {
-	if norm.Valid() {
-		return f.RMSNorm(x, norm, eps)
-	}
-	return x
+	return f.HeadsRoPE(w.Linear(f, f.RMSNormIf(x, norm, eps)), heads, kvHeads, headDim, dims, traditional, base, scale, positions, freqs)
 }
 
 // plainAffine reports whether Linear is mlx.Frame.AffineLinear alone: an
