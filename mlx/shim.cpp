@@ -960,15 +960,24 @@ mx::array sink_logits(const mlx_array sinks, int heads, const mlx_stream s) {
 // (32 values at 4 bits), U chunks per turn loaded before any is used, so
 // that U * R loads of each lane are in flight against memory. A chunk lies
 // within one group (G is a multiple of its values), so a chunk adds
-// s * sum(x * q) + b * sum(x), the sum of x shared by the R rows. A value
-// becomes a float through its bits (0x4B000000 | q is 2^23 + q), not a
-// conversion instruction. Each of the M rows runs the same sums in the same
-// order whatever M is, so a row's floats do not depend on its batch.
+// s * sum(x * q) + b * sum(x), the sum of x shared by the R rows. Each of
+// the M rows runs the same sums in the same order whatever M is, so a
+// row's floats do not depend on its batch.
+//
+// A value becomes a float through its bits where it lies in its half of
+// the word, not through a shift and a conversion: with the half's 16 bits
+// under 2^23's exponent (0x4B000000), one AND keeps the exponent and the
+// value, q * 2^S for the k-th value of the half (S = BITS * k, at most
+// 12), which is the float 2^23 + q * 2^S, so less 2^23 it is q * 2^S
+// exactly. Each k sums apart (KC sums), and a chunk's sum is theirs scaled
+// back by 2^-S, a power of two: every product is the exact x * q of the
+// value.
 constexpr const char* kGemvHead = R"(
   constexpr int PER = 32 / BITS;
   constexpr int VALS = 4 * PER;
   constexpr unsigned MASK = (1u << BITS) - 1;
   constexpr int XV = PER * (int)sizeof(T);
+  constexpr int KC = PER / 2;
   const int K = w_shape[1] * PER;
   const int N = w_shape[0];
   const int chunks = K / VALS;
@@ -976,6 +985,37 @@ constexpr const char* kGemvHead = R"(
   const int lane = threadIdx.x & 31;
   const int warp = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   int rows[R];
+  // PER values of T at p as floats, loaded a unit at a time: unit is of
+  // the load's type (a vector, which needs p aligned to 16 bytes, or T).
+  auto load_floats = [](auto unit, const T* p, float* out) {
+    using V = decltype(unit);
+    alignas(16) T t[PER];
+    if constexpr (sizeof(V) > sizeof(T)) {
+#pragma unroll
+      for (int b = 0; b < XV / (int)sizeof(V); b++) {
+        reinterpret_cast<V*>(t)[b] = __ldg(reinterpret_cast<const V*>(p) + b);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < PER; i++) {
+        t[i] = p[i];
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < PER; i++) {
+      out[i] = static_cast<float>(t[i]);
+    }
+  };
+  // The vector x's values load as.
+  auto vector_unit = [] {
+    if constexpr (XV % 16 == 0) {
+      return uint4{};
+    } else if constexpr (XV == 8) {
+      return uint2{};
+    } else {
+      return T{};
+    }
+  };
 )";
 
 // The warp's rows: R consecutive outputs.
@@ -993,22 +1033,26 @@ constexpr const char* kGemvRows = R"(
 // x as it is.
 constexpr const char* kGemvNoNorm = R"(
   constexpr bool NORM = false;
-  auto norm_weight = [](size_t) { return 1.0f; };
+  const bool nwaligned = true;
+  auto norm_weights = [](auto, size_t, float*) {};
   const float eps = 0.f;
 )";
 
-// x RMS-normalized and scaled by nw [K]: each row's sum of squares is
-// summed beside the product, whose sums then scale by rsqrt(mean + eps)
-// (the normalized x is not rounded to T, as RMSNorm's result would be).
+// x RMS-normalized and scaled by nw [K] (of x's type): each row's sum of
+// squares is summed beside the product, whose sums then scale by
+// rsqrt(mean + eps) (the normalized x is not rounded to T, as RMSNorm's
+// result would be). The weights beside a chunk of x load as x's do.
 constexpr const char* kGemvNorm = R"(
   constexpr bool NORM = true;
-  auto norm_weight = [&](size_t k) { return static_cast<float>(nw[k]); };
+  const bool nwaligned = (reinterpret_cast<size_t>(nw) & 15) == 0;
+  auto norm_weights = [&](auto unit, size_t k, float* out) { load_floats(unit, nw + k, out); };
   const float eps = __int_as_float(EPS_BITS);
 )";
 
-// The sums of the warp's R rows, acc[m][r] in every lane.
+// The sums of the warp's R rows, acc[m][r] in every lane. The loop runs
+// with x's loads as vectors where x (and nw) are aligned, else one value
+// at a time: two copies of it, so that neither issues the other's loads.
 constexpr const char* kGemvSums = R"(
-  const bool xaligned = (reinterpret_cast<size_t>(x) & 15) == 0;
   const uint4* wq = reinterpret_cast<const uint4*>(w);
   float acc[M][R], ss[M];
 #pragma unroll
@@ -1019,92 +1063,99 @@ constexpr const char* kGemvSums = R"(
       acc[m][r] = 0.f;
     }
   }
-  for (int c0 = lane; c0 < chunks; c0 += 32 * U) {
-    uint4 wv[U][R];
-    float sc[U][R], bi[U][R];
+  auto sums = [&](auto unit) {
+    for (int c0 = lane; c0 < chunks; c0 += 32 * U) {
+      uint4 wv[U][R];
+      float sc[U][R], bi[U][R];
 #pragma unroll
-    for (int u = 0; u < U; u++) {
-      const int c = c0 + 32 * u;
-#pragma unroll
-      for (int r = 0; r < R; r++) {
-        if (c < chunks) {
-          const size_t g = (size_t)rows[r] * groups + (size_t)c * VALS / G;
-          wv[u][r] = __ldg(wq + (size_t)rows[r] * chunks + c);
-          sc[u][r] = static_cast<float>(scales[g]);
-          bi[u][r] = static_cast<float>(biases[g]);
-        } else {
-          wv[u][r] = make_uint4(0, 0, 0, 0);
-          sc[u][r] = 0.f;
-          bi[u][r] = 0.f;
-        }
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-      const int c = c0 + 32 * u;
-      if (c >= chunks) {
-        break;
-      }
-      float dot[M][R], xs[M];
-#pragma unroll
-      for (int m = 0; m < M; m++) {
-        xs[m] = 0.f;
+      for (int u = 0; u < U; u++) {
+        const int c = c0 + 32 * u;
 #pragma unroll
         for (int r = 0; r < R; r++) {
-          dot[m][r] = 0.f;
+          if (c < chunks) {
+            const size_t g = (size_t)rows[r] * groups + (size_t)c * VALS / G;
+            wv[u][r] = __ldg(wq + (size_t)rows[r] * chunks + c);
+            sc[u][r] = static_cast<float>(scales[g]);
+            bi[u][r] = static_cast<float>(biases[g]);
+          } else {
+            wv[u][r] = make_uint4(0, 0, 0, 0);
+            sc[u][r] = 0.f;
+            bi[u][r] = 0.f;
+          }
         }
       }
 #pragma unroll
-      for (int j = 0; j < 4; j++) {
-        float xf[M][PER];
+      for (int u = 0; u < U; u++) {
+        const int c = c0 + 32 * u;
+        if (c >= chunks) {
+          break;
+        }
+        float dot[M][R][KC], xs[M];
 #pragma unroll
         for (int m = 0; m < M; m++) {
-          const T* xp = x + (size_t)m * K + (size_t)c * VALS + j * PER;
-          alignas(16) T xt[PER];
-          if (xaligned && XV % 16 == 0) {
+          xs[m] = 0.f;
 #pragma unroll
-            for (int b = 0; b < XV / 16; b++) {
-              reinterpret_cast<uint4*>(xt)[b] = __ldg(reinterpret_cast<const uint4*>(xp) + b);
+          for (int r = 0; r < R; r++) {
+#pragma unroll
+            for (int k = 0; k < KC; k++) {
+              dot[m][r][k] = 0.f;
             }
-          } else if (xaligned && XV == 8) {
-            *reinterpret_cast<uint2*>(xt) = __ldg(reinterpret_cast<const uint2*>(xp));
-          } else {
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+          const size_t k0 = (size_t)c * VALS + j * PER;
+          float xf[M][PER], nwf[PER];
+          norm_weights(unit, k0, nwf);
+#pragma unroll
+          for (int m = 0; m < M; m++) {
+            load_floats(unit, x + (size_t)m * K + k0, xf[m]);
 #pragma unroll
             for (int p = 0; p < PER; p++) {
-              xt[p] = xp[p];
+              if (NORM) {
+                ss[m] = fmaf(xf[m][p], xf[m][p], ss[m]);
+                xf[m][p] *= nwf[p];
+              }
+              xs[m] += xf[m][p];
             }
           }
 #pragma unroll
-          for (int p = 0; p < PER; p++) {
-            xf[m][p] = static_cast<float>(xt[p]);
-            if (NORM) {
-              ss[m] = fmaf(xf[m][p], xf[m][p], ss[m]);
-              xf[m][p] *= norm_weight((size_t)c * VALS + j * PER + p);
+          for (int r = 0; r < R; r++) {
+            const unsigned word = j == 0 ? wv[u][r].x : j == 1 ? wv[u][r].y : j == 2 ? wv[u][r].z : wv[u][r].w;
+            // Each half of the word under 2^23's exponent (one byte
+            // permute each).
+            const unsigned half[2] = {__byte_perm(word, 0x4B000000u, 0x7410), __byte_perm(word, 0x4B000000u, 0x7432)};
+#pragma unroll
+            for (int p = 0; p < PER; p++) {
+              const int k = p % KC;
+              const unsigned bits = half[p / KC] & (0x4B000000u | (MASK << (BITS * k)));
+              const float q = __uint_as_float(bits) - 8388608.f;
+#pragma unroll
+              for (int m = 0; m < M; m++) {
+                dot[m][r][k] = fmaf(xf[m][p], q, dot[m][r][k]);
+              }
             }
-            xs[m] += xf[m][p];
           }
         }
 #pragma unroll
-        for (int r = 0; r < R; r++) {
-          const unsigned word = j == 0 ? wv[u][r].x : j == 1 ? wv[u][r].y : j == 2 ? wv[u][r].z : wv[u][r].w;
+        for (int m = 0; m < M; m++) {
 #pragma unroll
-          for (int p = 0; p < PER; p++) {
-            const float q = __uint_as_float(0x4B000000u | ((word >> (BITS * p)) & MASK)) - 8388608.f;
+          for (int r = 0; r < R; r++) {
+            float d = dot[m][r][0];
 #pragma unroll
-            for (int m = 0; m < M; m++) {
-              dot[m][r] = fmaf(xf[m][p], q, dot[m][r]);
+            for (int k = 1; k < KC; k++) {
+              d = fmaf(dot[m][r][k], 1.0f / static_cast<float>(1u << (BITS * k)), d);
             }
+            acc[m][r] = fmaf(sc[u][r], d, fmaf(bi[u][r], xs[m], acc[m][r]));
           }
-        }
-      }
-#pragma unroll
-      for (int m = 0; m < M; m++) {
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-          acc[m][r] = fmaf(sc[u][r], dot[m][r], fmaf(bi[u][r], xs[m], acc[m][r]));
         }
       }
     }
+  };
+  if ((reinterpret_cast<size_t>(x) & 15) == 0 && nwaligned) {
+    sums(vector_unit());
+  } else {
+    sums(T{});
   }
 #pragma unroll
   for (int m = 0; m < M; m++) {
@@ -1888,14 +1939,14 @@ bool fused_gemv(const GemvConfig& c, const mx::array& x, const mx::array& w, con
 // norm_inputs adds what a fused kernel takes for norm (nothing where it
 // holds no array) to its inputs, x first, and template arguments: the
 // norm's weights and eps where the kernel normalizes x itself
-// (PROVIDER_GPU_QMV_FUSED=2), else x replaced by MLX's RMSNorm of it (as
-// the ops apart make it). It reports whether the kernel normalizes.
+// (PROVIDER_GPU_QMV_FUSED=2, weights of x's type), else x replaced by
+// MLX's RMSNorm of it (as the ops apart make it). It reports whether the kernel normalizes.
 bool norm_inputs(const GemvConfig& c, const mlx_array norm, float eps, const mx::Stream& st,
                  std::vector<mx::array>& in, std::vector<std::pair<std::string, mx::fast::TemplateArg>>& targs) {
   if (norm.ctx == nullptr) {
     return false;
   }
-  if (c.fused < 2) {
+  if (c.fused < 2 || arr(norm).dtype() != in[0].dtype()) {
     in[0] = mx::fast::rms_norm(in[0], arr(norm), eps, st);
     return false;
   }

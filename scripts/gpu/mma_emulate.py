@@ -668,4 +668,5 @@ def main():
         print(f"mma_emulate: {len(MUTATIONS)} mutations caught ({time.monotonic() - start:.1f} s)")
 
 
-main()
+if __name__ == "__main__":
+    main()
