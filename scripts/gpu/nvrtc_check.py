@@ -160,4 +160,5 @@ def main():
     print(f"nvrtc_check: {len(cases)} kernels compiled")
 
 
-main()
+if __name__ == "__main__":
+    main()
