@@ -1607,9 +1607,10 @@ struct GemvConfig {
 // (default 4: on an H100 it beats MLX's kernels at 1, 2 and 4 rows and
 // loses at 8); PROVIDER_GPU_QMV_FUSED: 1 (the default) fuses its products
 // with what the layer does next (see kAffineGemvAdd), 2 with the RMSNorm
-// before too (kGemvNorm: correct, but on an H100 its one-row step took
-// twice as long), 0 with neither. PROVIDER_GPU_QMMA: unset or 1 for the tensor-core kernel
-// with the default shape, 0 for none, W:U[:P] for another shape (P 1
+// before too (kGemvNorm: not the same floats as MLX's RMSNorm apart, and
+// on an H100 a one-row step no faster than 1's), 0 with neither.
+// PROVIDER_GPU_QMMA: unset or 1 for the tensor-core kernel with the
+// default shape, 0 for none, W:U[:P] for another shape (P 1
 // loads a warp's next stage while it computes one); it takes 2
 // to PROVIDER_GPU_QMMA_ROWS rows (default 32), and one row too when the
 // matrix-vector kernel is off (on an H100 the matrix-vector kernel's
