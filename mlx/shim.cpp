@@ -986,7 +986,7 @@ constexpr const char* kGemvHead = R"(
   const int warp = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   int rows[R];
   // PER values of T at p as floats, loaded a unit at a time: unit is of
-  // the load's type (a vector, which needs p aligned to 16 bytes, or T).
+  // the load's type (a vector, which needs p aligned to its size, or T).
   auto load_floats = [](auto unit, const T* p, float* out) {
     using V = decltype(unit);
     alignas(16) T t[PER];

@@ -27,11 +27,8 @@ It does not check what the device's compiler makes of the body:
 nvrtc_check.py compiles it for sm_90, and TestAffineGemvCUDA in
 mlx/gemv_cuda_test.go runs it on a GPU.
 """
-import argparse
 import re
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -147,15 +144,6 @@ static void kernel(const T_* x, const uint32_t* w, const Shape w_shape, const T_
 """
 
 DRIVER = r"""
-static uint64_t rng_state;
-static uint64_t next_u64() {  // splitmix64
-  uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-static double uniform() { return (next_u64() >> 11) * 0x1p-53; }
-
 // A value of x's type as bits (float32 as its 32 bits), and back.
 template <class T>
 static uint32_t bits_of(double v) {
@@ -186,7 +174,6 @@ struct Data {
   std::vector<T> x, s, b;  // x: 4 rows of K
   std::vector<uint32_t> w;
 };
-static int passed;
 
 template <class T, int BITS, int G, int M, int R, int U>
 static std::vector<uint32_t> run(const Data<T>& d, int W, size_t misalign) {
@@ -213,8 +200,7 @@ static std::vector<uint32_t> run(const Data<T>& d, int W, size_t misalign) {
 
   const double ulp = sizeof(T) == 4 ? 0x1p-24 : std::is_same_v<T, bf16_t> ? 0x1p-8 : 0x1p-11;
   const uint32_t mask = (1u << BITS) - 1;
-  double worst = 0;
-  int bad = 0;
+  Tally tally{name};
   std::vector<double> wd(K);
   for (int n = 0; n < N; n++) {
     for (int k = 0; k < K; k++) {
@@ -229,23 +215,10 @@ static std::vector<uint32_t> run(const Data<T>& d, int W, size_t misalign) {
         mag += std::fabs(p);
       }
       const double got = value_of<T>(out[(size_t)m * N + n]);
-      const double tol = ulp * std::fabs(want) + 4e-6 * mag;
-      const double err = std::fabs(got - want);
-      if (!(err <= tol)) {
-        if (bad++ < 8) {
-          printf("\nFAIL: %s: y[%d, %d] got %.9g, want %.9g (allowed error %.3g)", name, m, n, got, want, tol);
-        }
-      } else if (err / tol > worst) {
-        worst = err / tol;
-      }
+      tally.check(m, n, m * N + n, got, want, ulp * std::fabs(want) + 4e-6 * mag);
     }
   }
-  if (bad) {
-    die("%s: %d of %d outputs wrong", name, bad, M * N);
-  }
-  printf("ok (largest error %.3f of the allowed)\n", worst);
-  fflush(stdout);
-  passed++;
+  tally.done(M * N);
   return out;
 }
 
@@ -293,12 +266,7 @@ static void check(const char* type, int N, int K, uint64_t seed) {
 }
 
 int main() {
-  struct sigaction sa;
-  std::memset(&sa, 0, sizeof sa);
-  sa.sa_sigaction = on_fault;
-  sa.sa_flags = SA_SIGINFO;
-  sigaction(SIGSEGV, &sa, nullptr);
-  sigaction(SIGBUS, &sa, nullptr);
+  catch_faults();
 @CASES@
   printf("passed %d\n", passed);
   return 0;
@@ -331,44 +299,9 @@ def program(text, line):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--mutate", action="store_true", help="also check that deliberate bugs in the body are caught")
-    args = ap.parse_args()
     text, line = body()
-    start = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="gemv_emulate.") as where:
-        exe, log = mma_emulate.build(program(text, line), where, "gemv_emulate")
-        if exe is None:
-            print(log, file=sys.stderr)
-            sys.exit("gemv_emulate: the program did not compile")
-        rc, out = mma_emulate.run(exe, echo=True)
-        if rc != 0:
-            print(file=sys.stderr)
-            sys.exit(f"gemv_emulate: {NAME} FAILED (exit status {rc})")
-        m = re.search(r"^passed (\d+)$", out, re.M)
-        if not m:
-            sys.exit("gemv_emulate: the program ended without its summary")
-        print(f"gemv_emulate: {m.group(1)} cases passed")
-        if not args.mutate:
-            return
-        missed = []
-        for what, old, new in MUTATIONS:
-            if old not in text:
-                sys.exit(f"gemv_emulate: mutation '{what}': {old!r} is not in the body")
-            exe, log = mma_emulate.build(program(text.replace(old, new, 1), line), where, "mutant")
-            if exe is None:
-                print(log, file=sys.stderr)
-                sys.exit(f"gemv_emulate: mutation '{what}' did not compile")
-            rc, out = mma_emulate.run(exe, echo=False)
-            fail = [x for x in out.splitlines() if x.startswith("FAIL")]
-            if rc == 0:
-                missed.append(what)
-                print(f"mutation NOT caught: {what}")
-            else:
-                print(f"mutation caught: {what}: {fail[0][6:] if fail else f'exit status {rc}'}")
-        if missed:
-            sys.exit(f"gemv_emulate: {len(missed)} of {len(MUTATIONS)} mutations not caught")
-        print(f"gemv_emulate: {len(MUTATIONS)} mutations caught ({time.monotonic() - start:.1f} s)")
+    mma_emulate.check_body("gemv_emulate", NAME, text, lambda b: program(b, line), MUTATIONS,
+                           mma_emulate.arguments(__doc__))
 
 
 if __name__ == "__main__":

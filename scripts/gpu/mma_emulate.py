@@ -405,6 +405,53 @@ static void free_regions() {
   nregions = 0;
 }
 
+// catch_faults names the array of a faulting access (on_fault).
+static void catch_faults() {
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_fault;
+  sa.sa_flags = SA_SIGINFO;
+  sigaction(SIGSEGV, &sa, nullptr);
+  sigaction(SIGBUS, &sa, nullptr);
+}
+
+static uint64_t rng_state;
+static uint64_t next_u64() {  // splitmix64
+  uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+static double uniform() { return (next_u64() >> 11) * 0x1p-53; }
+
+// Tally checks a case's outputs against their exact sums, each within its
+// allowed error, and reports the largest share of it used.
+static int passed;
+struct Tally {
+  const char* name;
+  int bad = 0;
+  double worst = 0;
+  void check(int m, int n, int index, double got, double want, double tol) {
+    const double err = std::fabs(got - want);
+    if (!(err <= tol)) {
+      if (bad++ < 8) {
+        printf("\nFAIL: %s: y[%d, %d] (output index %d) got %.9g, want %.9g (allowed error %.3g)", name, m, n, index,
+               got, want, tol);
+      }
+    } else if (err / tol > worst) {
+      worst = err / tol;
+    }
+  }
+  void done(int outputs) {
+    if (bad) {
+      die("%s: %d of %d outputs wrong", name, bad, outputs);
+    }
+    printf("ok (largest error %.3f of the allowed)\n", worst);
+    fflush(stdout);
+    passed++;
+  }
+};
+
 // Runs a grid of blocks, one block at a time, threads threads each.
 template <class F>
 static void launch(int blocks, int threads, F kernel) {
@@ -445,22 +492,12 @@ static void kernel(const T_* x, const Shape x_shape, const int x_ndim, const uin
 """
 
 DRIVER = r"""
-static uint64_t rng_state;
-static uint64_t next_u64() {  // splitmix64
-  uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-static double uniform() { return (next_u64() >> 11) * 0x1p-53; }
-
 struct Data {
   const char* type;
   int N, K, misalign;
   std::vector<uint16_t> x, s, b;  // x: 17 rows of K
   std::vector<uint32_t> w;
 };
-static int passed;
 
 template <class T, bool BF, int G, int M, int W, int U, bool PF>
 static std::vector<uint16_t> run(const Data& d) {
@@ -490,8 +527,7 @@ static std::vector<uint16_t> run(const Data& d) {
   free_regions();
 
   const double rel = BF ? 8e-3 : 1e-3;
-  double worst = 0;
-  int bad = 0;
+  Tally tally{name};
   std::vector<double> wd(K);
   for (int n = 0; n < N; n++) {
     for (int k = 0; k < K; k++) {
@@ -507,24 +543,10 @@ static std::vector<uint16_t> run(const Data& d) {
         mag += std::fabs(p);
       }
       const double got = dec16(BF, out[(size_t)m * N + n]);
-      const double tol = rel * std::fabs(want) + 1e-5 * mag;
-      const double err = std::fabs(got - want);
-      if (!(err <= tol)) {
-        if (bad++ < 8) {
-          printf("\nFAIL: %s: y[%d, %d] (output index %d) got %.9g, want %.9g (allowed error %.3g)", name, m, n,
-                 m * N + n, got, want, tol);
-        }
-      } else if (err / tol > worst) {
-        worst = err / tol;
-      }
+      tally.check(m, n, m * N + n, got, want, rel * std::fabs(want) + 1e-5 * mag);
     }
   }
-  if (bad) {
-    die("%s: %d of %d outputs wrong", name, bad, M * N);
-  }
-  printf("ok (largest error %.3f of the allowed)\n", worst);
-  fflush(stdout);
-  passed++;
+  tally.done(M * N);
   return out;
 }
 
@@ -566,12 +588,7 @@ static void check(const char* type, int N, int K, int misalign, uint64_t seed) {
 }
 
 int main() {
-  struct sigaction sa;
-  std::memset(&sa, 0, sizeof sa);
-  sa.sa_sigaction = on_fault;
-  sa.sa_flags = SA_SIGINFO;
-  sigaction(SIGSEGV, &sa, nullptr);
-  sigaction(SIGBUS, &sa, nullptr);
+  catch_faults();
 @CASES@
   printf("passed %d\n", passed);
   return 0;
@@ -621,41 +638,39 @@ def run(exe, echo):
     return rc, "".join(out)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--mutate", action="store_true", help="also check that deliberate bugs in the body are caught")
-    ap.add_argument("--keep", action="store_true", help="keep the generated program and print its folder")
-    args = ap.parse_args()
-    body, line = source(NAME)
+def check_body(tag, kernel, body, program, mutations, args):
+    """Builds program(body) (the C++ program of a kernel body) with g++ and
+    runs it, printing its cases; with args.mutate, also each of mutations
+    (what, text of the body, replacement), each of which must fail; with
+    args.keep, in a folder it keeps. It exits on anything wrong."""
     start = time.monotonic()
-    tmp = tempfile.mkdtemp(prefix="mma_emulate.") if args.keep else None
-    with tempfile.TemporaryDirectory(prefix="mma_emulate.") as scratch:
+    tmp = tempfile.mkdtemp(prefix=tag + ".") if args.keep else None
+    with tempfile.TemporaryDirectory(prefix=tag + ".") as scratch:
         where = tmp or scratch
         if args.keep:
-            print(f"mma_emulate: files in {where}")
-        exe, log = build(program(body, line), where, "mma_emulate")
+            print(f"{tag}: files in {where}")
+        exe, log = build(program(body), where, tag)
         if exe is None:
             print(log, file=sys.stderr)
-            sys.exit("mma_emulate: the program did not compile")
+            sys.exit(f"{tag}: the program did not compile")
         rc, out = run(exe, echo=True)
         if rc != 0:
             print(file=sys.stderr)
-            sys.exit(f"mma_emulate: kAffineMma FAILED (exit status {rc})")
+            sys.exit(f"{tag}: {kernel} FAILED (exit status {rc})")
         m = re.search(r"^passed (\d+)$", out, re.M)
         if not m:
-            sys.exit("mma_emulate: the program ended without its summary")
-        passed = int(m.group(1))
-        print(f"mma_emulate: {passed} cases passed")
+            sys.exit(f"{tag}: the program ended without its summary")
+        print(f"{tag}: {m.group(1)} cases passed")
         if not args.mutate:
             return
         missed = []
-        for what, old, new in MUTATIONS:
+        for what, old, new in mutations:
             if old not in body:
-                sys.exit(f"mma_emulate: mutation '{what}': {old!r} is not in the body")
-            exe, log = build(program(body.replace(old, new, 1), line), where, "mutant")
+                sys.exit(f"{tag}: mutation '{what}': {old!r} is not in the body")
+            exe, log = build(program(body.replace(old, new, 1)), where, "mutant")
             if exe is None:
                 print(log, file=sys.stderr)
-                sys.exit(f"mma_emulate: mutation '{what}' did not compile")
+                sys.exit(f"{tag}: mutation '{what}' did not compile")
             rc, out = run(exe, echo=False)
             fail = [x for x in out.splitlines() if x.startswith("FAIL")]
             if rc == 0:
@@ -664,8 +679,21 @@ def main():
             else:
                 print(f"mutation caught: {what}: {fail[0][6:] if fail else f'exit status {rc}'}")
         if missed:
-            sys.exit(f"mma_emulate: {len(missed)} of {len(MUTATIONS)} mutations not caught")
-        print(f"mma_emulate: {len(MUTATIONS)} mutations caught ({time.monotonic() - start:.1f} s)")
+            sys.exit(f"{tag}: {len(missed)} of {len(mutations)} mutations not caught")
+        print(f"{tag}: {len(mutations)} mutations caught ({time.monotonic() - start:.1f} s)")
+
+
+def arguments(doc):
+    """The command line of an emulator whose docstring is doc."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--mutate", action="store_true", help="also check that deliberate bugs in the body are caught")
+    ap.add_argument("--keep", action="store_true", help="keep the generated program and print its folder")
+    return ap.parse_args()
+
+
+def main():
+    body, line = source(NAME)
+    check_body("mma_emulate", NAME, body, lambda b: program(b, line), MUTATIONS, arguments(__doc__))
 
 
 if __name__ == "__main__":
