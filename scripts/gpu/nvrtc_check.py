@@ -69,18 +69,29 @@ def wrap(body, inputs, outputs, consts):
     return HEADER + "__global__ void kernel(" + ", ".join(params) + ") {\n" + "\n".join(decl) + "\n" + body + "\n}\n}\n"
 
 
-def compile_ptx(nvrtc, name, src):
+def compile_ptx(nvrtc, name, src, arch=b"compute_90", more=()):
+    """Compiles src for arch (PTX for a virtual one, a cubin for sm_NN),
+    with more options; returns NVRTC's status, its log and the program."""
     prog = ctypes.c_void_p()
     check(nvrtc, nvrtc.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), name.encode(), 0, None, None))
     inc = CUDA / "include"
-    opts = [b"--std=c++17", b"-arch=compute_90", b"-I" + str(inc).encode(), b"-I" + str(inc / "cccl").encode()]
+    opts = [b"--std=c++17", b"-arch=" + arch, b"-I" + str(inc).encode(), b"-I" + str(inc / "cccl").encode(), *more]
     arr = (ctypes.c_char_p * len(opts))(*opts)
     rc = nvrtc.nvrtcCompileProgram(prog, len(opts), arr)
     size = ctypes.c_size_t()
     nvrtc.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
     log = ctypes.create_string_buffer(size.value)
     nvrtc.nvrtcGetProgramLog(prog, log)
-    return rc, log.value.decode(errors="replace").strip()
+    return rc, log.value.decode(errors="replace").strip(), prog
+
+
+def load_nvrtc():
+    """NVRTC's library under CUDA."""
+    lib = next((p for p in (CUDA / "lib").glob("libnvrtc.so*")), None) or next(
+        (p for p in (CUDA / "lib64").glob("libnvrtc.so*")), None)
+    if lib is None:
+        sys.exit(f"nvrtc_check: no libnvrtc.so under {CUDA}")
+    return ctypes.CDLL(str(lib))
 
 
 def check(nvrtc, rc):
@@ -90,11 +101,7 @@ def check(nvrtc, rc):
 
 
 def main():
-    lib = next((p for p in (CUDA / "lib").glob("libnvrtc.so*")), None) or next(
-        (p for p in (CUDA / "lib64").glob("libnvrtc.so*")), None)
-    if lib is None:
-        sys.exit(f"nvrtc_check: no libnvrtc.so under {CUDA}")
-    nvrtc = ctypes.CDLL(str(lib))
+    nvrtc = load_nvrtc()
     scale = 0x3DB504F3  # 1/sqrt(128) as float bits
     cases = []
     for t in ("float16", "float32", "bfloat16"):
@@ -150,7 +157,7 @@ def main():
         cases.append((f"swiglu_halves {t}", "kSwigluHalves", [("x", t)], [("y", t)], [("T", t), ("F", 11008)]))
     failed = 0
     for name, body, inputs, outputs, consts in cases:
-        rc, log = compile_ptx(nvrtc, name, wrap(source(body), inputs, outputs, consts))
+        rc, log, _ = compile_ptx(nvrtc, name, wrap(source(body), inputs, outputs, consts))
         if rc != 0 or "warning" in log:
             print(("FAIL " if rc != 0 else "warn ") + name)
             print(log)

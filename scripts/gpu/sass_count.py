@@ -31,25 +31,16 @@ BOTH = "if ((reinterpret_cast<size_t>(x) & 15) == 0 && nwaligned) {\n    sums(ve
 VECTOR = "sums(vector_unit());"
 
 
-def cubin(nvrtc, cuda, name, text):
+def cubin(nvrtc, name, text):
     """The sm_90 cubin of a wrapped body, and ptxas's report of it."""
-    prog = ctypes.c_void_p()
-    nvrtc_check.check(nvrtc, nvrtc.nvrtcCreateProgram(ctypes.byref(prog), text.encode(), name.encode(), 0, None, None))
-    inc = cuda / "include"
-    opts = [b"--std=c++17", b"-arch=sm_90", b"--ptxas-options=-v", b"-I" + str(inc).encode(),
-            b"-I" + str(inc / "cccl").encode()]
-    rc = nvrtc.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
-    size = ctypes.c_size_t()
-    nvrtc.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
-    log = ctypes.create_string_buffer(size.value)
-    nvrtc.nvrtcGetProgramLog(prog, log)
+    rc, log, prog = nvrtc_check.compile_ptx(nvrtc, name, text, b"sm_90", (b"--ptxas-options=-v",))
     if rc != 0:
-        sys.exit(f"sass_count: {name} did not compile:\n{log.value.decode(errors='replace')}")
+        sys.exit(f"sass_count: {name} did not compile:\n{log}")
     n = ctypes.c_size_t()
     nvrtc.nvrtcGetCUBINSize(prog, ctypes.byref(n))
     out = ctypes.create_string_buffer(n.value)
     nvrtc.nvrtcGetCUBIN(prog, out)
-    return out.raw, log.value.decode(errors="replace")
+    return out.raw, log
 
 
 def opcodes(nvdisasm, blob):
@@ -68,12 +59,11 @@ def opcodes(nvdisasm, blob):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("cuda", type=Path)
+    ap.add_argument("cuda", type=Path, help="the CUDA folder with NVRTC (nvrtc_check reads it too)")
     ap.add_argument("nvdisasm")
     ap.add_argument("--vector-only", action="store_true")
     a = ap.parse_args()
-    lib = next((a.cuda / "lib").glob("libnvrtc.so*"))
-    nvrtc = ctypes.CDLL(str(lib))
+    nvrtc = nvrtc_check.load_nvrtc()
     t = "float16"
     gemv = [("x", t), ("w", "uint32"), ("scales", t), ("biases", t)]
     norm = ([("nw", t)], [("EPS_BITS", 0x3727C5AC)])
@@ -93,7 +83,7 @@ def main():
             if BOTH not in text:
                 sys.exit("sass_count: kGemvSums no longer calls its loop as this script expects")
             text = text.replace(BOTH, VECTOR)
-        blob, log = cubin(nvrtc, a.cuda, name, nvrtc_check.wrap(text, inputs, outputs, consts))
+        blob, log = cubin(nvrtc, name, nvrtc_check.wrap(text, inputs, outputs, consts))
         ops, total = opcodes(a.nvdisasm, blob)
         regs = re.search(r"Used (\d+) registers", log)
         spill = re.search(r"(\d+) bytes spill stores", log)
