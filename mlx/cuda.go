@@ -159,9 +159,9 @@ func reloadGemvEnv() { C.mlx_cuda_gemv_reload() }
 // (PROVIDER_GPU_QMV_FUSED) for the next products and returns the setting
 // before: 0 not at all, 1 (the default) with what the layer does next
 // (AffineLinearAdd, AffineLinearSwiGLU and AffineLinearHeadsRoPE as one
-// kernel each), 2 also with the RMSNorm before (their norm argument;
-// slower on an H100). For tests and benchmarks that compare them with the
-// separate ops in one process.
+// kernel each), 2 also with the RMSNorm before (their norm argument; not
+// the floats of MLX's RMSNorm apart, and on an H100 no faster). For tests
+// and benchmarks that compare them with the separate ops in one process.
 func SetFusedGemv(level int) int { return int(C.mlx_cuda_set_qmv_fused(C.int(level))) }
 
 // AffineLinearAdd is res + AffineLinear(x, w, scales, biases, groupSize,

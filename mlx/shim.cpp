@@ -1941,7 +1941,8 @@ bool fused_gemv(const GemvConfig& c, const mx::array& x, const mx::array& w, con
 // holds no array) to its inputs, x first, and template arguments: the
 // norm's weights and eps where the kernel normalizes x itself
 // (PROVIDER_GPU_QMV_FUSED=2, weights of x's type), else x replaced by
-// MLX's RMSNorm of it (as the ops apart make it). It reports whether the kernel normalizes.
+// MLX's RMSNorm of it (as the ops apart make it). It reports whether the
+// kernel normalizes.
 bool norm_inputs(const GemvConfig& c, const mlx_array norm, float eps, const mx::Stream& st,
                  std::vector<mx::array>& in, std::vector<std::pair<std::string, mx::fast::TemplateArg>>& targs) {
   if (norm.ctx == nullptr) {
