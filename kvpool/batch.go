@@ -64,14 +64,17 @@ type Batch struct {
 	// g is each group's step as Attend sees it; gc as AttendCausal does
 	// when the step has spans (else g serves both).
 	g, gc []*groupStep
+	// stored marks the layers whose keys and values a kernel wrote into
+	// the pool this step (Stored).
+	stored []bool
 }
 
 // groupStep is what one group's layers share in a step, built on first use.
 type groupStep struct {
 	// The pool row each token's key and value go to, and as the MLX-ops
-	// store's index [N, 1, 1], made on first use.
-	slots   []int32
-	scatter mlx.Array
+	// store's index [N, 1, 1] and KernelStore's [N], made on first use.
+	slots            []int32
+	scatter, slotIDs mlx.Array
 	// idx is scatter broadcast to [N, idxKV, idxDim], for the layers of
 	// that geometry (all of a group's, in most models).
 	idx           mlx.Array
@@ -528,8 +531,43 @@ func isRun(xs []int32, from int32) bool {
 	return true
 }
 
+// KernelStore is where the kernel that makes layer li's keys and values
+// this step may write them into the pool itself (mlx.KVStore, for
+// mlx.Frame.HeadsRoPE and the products fused with it), or the zero
+// KVStore where Attend must store them. A kernel writes the pool's arrays
+// in place though MLX sees them only as its inputs; that is sound only
+// where nothing reads the pool in the step before the layer's attention,
+// and the attention reads it only through ops that take the queries the
+// same kernel makes. So it is offered for steps of single-token rows on
+// CUDA (the paged kernel, or MLX's attention over a view of the pool for
+// a lone row), for a layer that owns its storage, unless
+// PROVIDER_GPU_KV_STORE=0. A caller whose kernel wrote them calls Stored
+// before Attend.
+func (b *Batch) KernelStore(li int) mlx.KVStore {
+	p := b.p
+	gi, src, shared := p.source(li)
+	if !p.kernelStore || shared || len(b.Tokens) != len(b.rows) || b.f.Err() != nil {
+		return mlx.KVStore{}
+	}
+	gs := b.step(gi, false)
+	if !gs.slotIDs.Valid() {
+		gs.slotIDs = b.f.Int32s(gs.slots, len(gs.slots))
+	}
+	return mlx.KVStore{K: p.k[src], V: p.v[src], Slots: gs.slotIDs}
+}
+
+// Stored tells Attend that a kernel wrote layer li's keys and values into
+// the pool through KernelStore: Attend then only reads them.
+func (b *Batch) Stored(li int) {
+	if b.stored == nil {
+		b.stored = make([]bool, len(b.p.layers))
+	}
+	b.stored[li] = true
+}
+
 // Attend stores layer li's new keys and values k, v ([N, KVHeads, HeadDim];
-// ignored for a layer that shares another's storage) and returns the
+// ignored for a layer that shares another's storage, or whose kernel
+// stored them itself: Stored) and returns the
 // attention of q [N, Heads, HeadDim] for every token of the step over its
 // own row's keys: causal (a token of one of the row's spans also sees the
 // span's later tokens), within the layer's window, GQA by head groups,
@@ -559,7 +597,7 @@ func (b *Batch) attend(li int, q, k, v mlx.Array, scale float32, sinks mlx.Array
 	if p.fused {
 		return f.PagedAttention(q, k, v, p.k[src], p.v[src], gs.write, gs.table, gs.meta, BlockTokens, p.groups[gi].window, scale, sinks)
 	}
-	if k.Valid() {
+	if k.Valid() && (b.stored == nil || !b.stored[li]) {
 		b.store(src, gs, k, v)
 	}
 	l := p.layers[src]

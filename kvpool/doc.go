@@ -75,6 +75,20 @@
 // (bench/results/layer-kernels-nvidia-h100-2026-12-06).
 // PROVIDER_GPU_PAGED=0 keeps the MLX-ops path.
 //
+// In a step of single-token rows on CUDA, the kernel that makes a layer's
+// keys and values (the fused q/k/v product and rotation, mlx
+// Frame.HeadsRoPE and AffineLinearHeadsRoPE) also writes them into the
+// pool at each token's slot (Batch.KernelStore, then Batch.Stored), so
+// the step makes no scatter: two primitives a layer fewer, and two
+// kernels. MLX keeps arrays immutable and sees the pool only as that
+// kernel's input; the write is sound because nothing else in the step
+// writes the layer's pool, and the step reads it only in the layer's
+// attention, through the paged kernel or MLX's attention over a view,
+// both of which take the queries the same kernel makes and so run after
+// it on the device. Prefill chunks, whose attention gathers keys through
+// an op that takes no queries, scatter as before; so does every step under
+// PROVIDER_GPU_KV_STORE=0.
+//
 // PROVIDER_GPU_PAGED=split sends every decode row, a lone one too,
 // through a split kernel (mlx PagedDecode with split set): a block of
 // threads per query, head and block of the row's table, at most 256 keys,

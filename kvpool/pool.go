@@ -49,10 +49,13 @@ type Pool struct {
 	// loneKeys: with decodePaged, a lone row that sees at most this many
 	// keys attends through the kernel even where its keys are a view.
 	loneKeys int
-	layers   []Layer
-	group    []int // per layer, sharing layers included
-	groups   []*group
-	k, v     []mlx.Array // per layer; invalid for sharing layers
+	// kernelStore: decode steps may have the kernel that makes a layer's
+	// keys and values write them into the pool (Batch.KernelStore).
+	kernelStore bool
+	layers      []Layer
+	group       []int // per layer, sharing layers included
+	groups      []*group
+	k, v        []mlx.Array // per layer; invalid for sharing layers
 	// onFull is told of every block a step fills, before sliding groups
 	// let go of it (see SetOnFull).
 	onFull func(s *Seq, block int)
@@ -125,6 +128,15 @@ func New(s mlx.Stream, d mlx.Dtype, layers []Layer, opt Options) (*Pool, error) 
 		case "0":
 		default:
 			return nil, fmt.Errorf("kvpool: PROVIDER_GPU_PAGED=%q: want 0, 1 or split", v)
+		}
+		// PROVIDER_GPU_KV_STORE=0: decode steps scatter their keys and
+		// values into the pool, never through the kernel that makes them.
+		switch v := os.Getenv("PROVIDER_GPU_KV_STORE"); v {
+		case "", "1":
+			p.kernelStore = p.decode != decodeOps
+		case "0":
+		default:
+			return nil, fmt.Errorf("kvpool: PROVIDER_GPU_KV_STORE=%q: want 0 or 1", v)
 		}
 		// PROVIDER_GPU_PAGED_LONE: the most keys a lone decode row may see
 		// and still go through the paged kernel rather than MLX's attention

@@ -458,3 +458,83 @@ func overlay(t *testing.T, s mlx.Stream) {
 		t.Fatal("an embed of 5 values for 2 rows of 3 was accepted")
 	}
 }
+
+// TestKernelStoreOffered checks where a batch offers a layer's store to
+// the kernel that makes its keys and values (KernelStore): on a pool that
+// allows it (as a CUDA pool does), in steps of single-token rows only, for
+// layers that own their storage, each token's slot in order; and that
+// Attend leaves the pool of a layer marked Stored to that kernel while it
+// scatters into the others.
+func TestKernelStoreOffered(t *testing.T) {
+	onMLX(t, func(s mlx.Stream) {
+		p, err := New(s, mlx.Float32, testLayers, Options{Ops: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		a, b := p.NewSeq(), p.NewSeq()
+		defer a.Free()
+		defer b.Free()
+		step := func(counts []int, check func(bt *Batch)) {
+			t.Helper()
+			f := mlx.NewFrame(s)
+			defer f.Free()
+			bt, err := p.Begin(f, []Row{{Seq: a, Tokens: make([]int32, counts[0]), Sample: true}, {Seq: b, Tokens: make([]int32, counts[1]), Sample: true}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			check(bt)
+			N := bt.N()
+			outs := make([]mlx.Array, len(p.layers))
+			for li, l := range p.layers {
+				k := f.Float32s(make([]float32, N*l.KVHeads*l.HeadDim), N, l.KVHeads, l.HeadDim)
+				outs[li] = bt.Attend(li, f.Float32s(make([]float32, N*testHeads*l.HeadDim), N, testHeads, l.HeadDim), k, k, 0.3, mlx.Array{})
+			}
+			if err := f.Eval(outs...); err != nil {
+				t.Fatal(err)
+			}
+			bt.Commit()
+		}
+		offered := func(bt *Batch) []bool {
+			var got []bool
+			for li := range p.layers {
+				got = append(got, bt.KernelStore(li).K.Valid())
+			}
+			return got
+		}
+		// Off (a CPU pool's setting): never offered.
+		step([]int{3, 1}, func(bt *Batch) {
+			if got := offered(bt); slices.Contains(got, true) {
+				t.Fatalf("store off: offered to layers %v", got)
+			}
+		})
+		p.kernelStore = true
+		step([]int{2, 1}, func(bt *Batch) {
+			if got := offered(bt); slices.Contains(got, true) {
+				t.Fatalf("a step with a prefill row: offered to layers %v", got)
+			}
+		})
+		step([]int{1, 1}, func(bt *Batch) {
+			if got, want := offered(bt), []bool{true, true, true, false}; !slices.Equal(got, want) {
+				t.Fatalf("decode rows: offered to layers %v, want %v (layer 3 shares layer 1's storage)", got, want)
+			}
+			st := bt.KernelStore(2)
+			gi := p.group[2]
+			want := []int32{a.slot(gi, a.n), b.slot(gi, b.n)}
+			if got := bt.f.ToInt32s(st.Slots); !slices.Equal(got, want) {
+				t.Fatalf("layer 2's slots %v, want %v", got, want)
+			}
+			if st.K != p.k[2] || st.V != p.v[2] {
+				t.Fatal("layer 2's store is not its pool's arrays")
+			}
+			bt.Stored(2)
+		})
+		// The layer marked Stored kept its arrays (no scatter made new
+		// ones); the others' were replaced by their scatters' results.
+		k0, k2 := p.k[0], p.k[2]
+		step([]int{1, 1}, func(bt *Batch) { bt.Stored(2) })
+		if p.k[2] != k2 || p.k[0] == k0 {
+			t.Fatalf("after a step that stored layer 2 itself: layer 2's keys replaced %v, layer 0's %v", p.k[2] != k2, p.k[0] != k0)
+		}
+	})
+}

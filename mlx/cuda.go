@@ -57,6 +57,13 @@ func SetLayerKernels(on bool) bool {
 	return layerKernels.Swap(on)
 }
 
+// KVStore is where a q/k/v kernel may also write the keys and values it
+// makes: a KV pool's key and value arrays K and V [slots, kvHeads,
+// headDim], of the activations' type, and each token's row of them,
+// Slots [N] int32 (kvpool.Batch.KernelStore). The zero KVStore asks for
+// no store.
+type KVStore struct{ K, V, Slots Array }
+
 // HeadsRoPE splits a fused q/k/v projection y [..., N, (heads + 2*kvHeads)
 // * headDim] (each token's query heads, then its key heads, then its value
 // heads) into q [N, heads, headDim], k and v [N, kvHeads, headDim], q and
@@ -64,19 +71,26 @@ func SetLayerKernels(on bool) bool {
 // (positions [N] int32). On a CUDA stream (unless PROVIDER_GPU_LAYER_KERNELS=0)
 // it is one kernel, its three results one primitive; elsewhere it is MLX
 // ops (views of y and one RoPE over q's and k's heads).
-func (f *Frame) HeadsRoPE(y Array, heads, kvHeads, headDim, dims int, traditional bool, base, scale float32, positions, freqs Array) (q, k, v Array) {
+//
+// The kernel also writes k and v into kv's pool, in place, where kv holds
+// one that fits (stored then true): MLX sees the pool as an input only,
+// so the caller must read the pool after this step's writes only through
+// ops that take q (kvpool's attention does).
+func (f *Frame) HeadsRoPE(y Array, heads, kvHeads, headDim, dims int, traditional bool, base, scale float32, positions, freqs Array, kv KVStore) (q, k, v Array, stored bool) {
 	if !f.ready("heads_rope", []Array{y, positions}) {
 		return
 	}
 	if f.layerKernelsOn() {
+		var st C.bool
 		out := f.vec("heads_rope", func(r *C.mlx_vector_array) C.int {
 			b := C.mlx_optional_float{value: C.float(base), has_value: C.bool(!freqs.Valid())}
 			return C.mlx_cuda_heads_rope(r, y.c, C.int(heads), C.int(kvHeads), C.int(headDim), C.int(dims), C.bool(traditional),
-				b, C.float(scale), positions.c, freqs.c, f.s.c)
+				b, C.float(scale), positions.c, freqs.c, kv.K.c, kv.V.c, kv.Slots.c, &st, f.s.c)
 		}, 3)
-		return out[0], out[1], out[2]
+		return out[0], out[1], out[2], bool(st) && f.err == nil
 	}
-	return f.headsRoPEOps(y, heads, kvHeads, headDim, dims, traditional, base, scale, positions, freqs)
+	q, k, v = f.headsRoPEOps(y, heads, kvHeads, headDim, dims, traditional, base, scale, positions, freqs)
+	return q, k, v, false
 }
 
 // headsRoPEOps is HeadsRoPE through MLX ops, on any stream.
@@ -205,25 +219,27 @@ func (f *Frame) AffineLinearSwiGLU(x, w, scales, biases Array, groupSize, bits i
 // AffineLinearHeadsRoPE is HeadsRoPE(AffineLinear(RMSNorm(x, norm, eps),
 // w, scales, biases, groupSize, bits), ...) for a fused q/k/v projection
 // w, without the RMSNorm where norm is invalid: one kernel or the ops, as
-// AffineLinearSwiGLU.
-func (f *Frame) AffineLinearHeadsRoPE(x, w, scales, biases Array, groupSize, bits int, norm Array, eps float32, heads, kvHeads, headDim, dims int, traditional bool, base, scale float32, positions, freqs Array) (q, k, v Array) {
+// AffineLinearSwiGLU, k and v written into kv's pool as HeadsRoPE writes
+// them.
+func (f *Frame) AffineLinearHeadsRoPE(x, w, scales, biases Array, groupSize, bits int, norm Array, eps float32, heads, kvHeads, headDim, dims int, traditional bool, base, scale float32, positions, freqs Array, kv KVStore) (q, k, v Array, stored bool) {
 	if f.layerKernelsOn() {
 		in := []Array{x, w, scales, biases, positions}
 		if freqs.Valid() {
 			in = append(in, freqs)
 		}
+		var st C.bool
 		out, ok := f.fusedGemv("affine_gemv_heads_rope", 3, func(r *C.mlx_vector_array) C.int {
 			b := C.mlx_optional_float{value: C.float(base), has_value: C.bool(!freqs.Valid())}
 			return C.mlx_cuda_affine_gemv_heads_rope(r, x.c, w.c, scales.c, biases.c, C.int(groupSize), C.int(bits),
 				norm.c, C.float(eps), C.int(heads), C.int(kvHeads), C.int(headDim), C.int(dims), C.bool(traditional), b,
-				C.float(scale), positions.c, freqs.c, f.s.c)
+				C.float(scale), positions.c, freqs.c, kv.K.c, kv.V.c, kv.Slots.c, &st, f.s.c)
 		}, in...)
 		if ok {
-			return out[0], out[1], out[2]
+			return out[0], out[1], out[2], bool(st) && f.err == nil
 		}
 	}
 	return f.HeadsRoPE(f.AffineLinear(f.RMSNormIf(x, norm, eps), w, scales, biases, groupSize, bits), heads, kvHeads, headDim,
-		dims, traditional, base, scale, positions, freqs)
+		dims, traditional, base, scale, positions, freqs, kv)
 }
 
 // RMSNormIf is RMSNorm(x, norm, eps), or x where norm is invalid.

@@ -96,7 +96,16 @@ func checkHeadsRoPE(t *testing.T, s Stream, kernel bool) {
 					t.Fatalf("%s: %v", name, err)
 				}
 				const base, scale = 10000, 1
-				q, k, v := f.HeadsRoPE(y, c.heads, c.kv, c.d, c.dims, c.traditional, base, scale, positions, fa)
+				q, k, v, stored := f.HeadsRoPE(y, c.heads, c.kv, c.d, c.dims, c.traditional, base, scale, positions, fa, KVStore{})
+				if stored {
+					t.Fatalf("%s: HeadsRoPE stored keys and values without a pool", name)
+				}
+				kv, slots := kvPool(t, f, rng, n+3, c.kv, c.d, n, c.dtype)
+				sq, sk, sv, stored := f.HeadsRoPE(y, c.heads, c.kv, c.d, c.dims, c.traditional, base, scale, positions, fa, kv)
+				if stored != kernel {
+					t.Fatalf("%s: HeadsRoPE stored keys and values into the pool: %v (the kernel: %v)", name, stored, kernel)
+				}
+				checkStored(t, f, name, kv, slots, stored, []Array{q, k, v}, []Array{sq, sk, sv})
 				counts, err := GraphPrimitives(q)
 				if err != nil {
 					t.Fatalf("%s: %v", name, err)
@@ -141,6 +150,91 @@ func checkHeadsRoPE(t *testing.T, s Stream, kernel bool) {
 				}
 				t.Logf("%s: max |HeadsRoPE - float64| = %.3g, |MLX ops - float64| = %.3g", name, worst, worstOps)
 			}()
+		}
+	}
+}
+
+// kvPool is a KV pool for a q/k/v kernel to store into (KVStore): key and
+// value arrays of rows rows of kv heads of d, of type dt, evaluated (zeros
+// on a GPU), freed with the test, and n distinct rows of them, shuffled,
+// as Slots. It returns the slots too.
+func kvPool(t *testing.T, f *Frame, rng *rand.Rand, rows, kv, d, n int, dt Dtype) (KVStore, []int32) {
+	t.Helper()
+	var st KVStore
+	for _, a := range []*Array{&st.K, &st.V} {
+		b, err := NewBuffer(f.s, dt, rows, kv, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(b.Free)
+		*a = b
+	}
+	slots := make([]int32, n)
+	for i, r := range rng.Perm(rows)[:n] {
+		slots[i] = int32(r)
+	}
+	st.Slots = f.Int32s(slots, n)
+	return st, slots
+}
+
+// checkStored requires a q/k/v kernel's results with a store (got: q, k,
+// v) to be the same floats as without one (want), and, where it stored,
+// the pool's rows at slots to hold k and v and every other row to hold
+// zeros.
+func checkStored(t *testing.T, f *Frame, name string, kv KVStore, slots []int32, stored bool, want, got []Array) {
+	t.Helper()
+	host := func(a Array) []float32 {
+		x := f.ToFloat32s(a)
+		if err := f.Err(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return x
+	}
+	var kw, vw []float32
+	for i, what := range []string{"q", "k", "v"} {
+		g, w := host(got[i]), host(want[i])
+		if len(g) != len(w) {
+			t.Fatalf("%s: %s: %d floats with a store, %d without", name, what, len(g), len(w))
+		}
+		for j := range w {
+			if g[j] != w[j] {
+				t.Fatalf("%s: %s[%d] = %v with a store, %v without", name, what, j, g[j], w[j])
+			}
+		}
+		switch i {
+		case 1:
+			kw = w
+		case 2:
+			vw = w
+		}
+	}
+	if !stored {
+		return
+	}
+	// Read the pools only now: the kernel wrote them when its results
+	// were evaluated.
+	row := len(kw) / len(slots)
+	for p, pair := range []struct {
+		what string
+		pool Array
+		want []float32
+	}{{"keys", kv.K, kw}, {"values", kv.V, vw}} {
+		pool := host(pair.pool)
+		at := make(map[int32]int, len(slots))
+		for i, s := range slots {
+			at[s] = i
+		}
+		for r := range len(pool) / row {
+			i, held := at[int32(r)]
+			for e := range row {
+				want := float32(0)
+				if held {
+					want = pair.want[i*row+e]
+				}
+				if got := pool[r*row+e]; got != want {
+					t.Fatalf("%s: pool %d (%s) row %d [%d] = %v, want %v (token %d's: %v)", name, p, pair.what, r, e, got, want, i, held)
+				}
+			}
 		}
 	}
 }

@@ -96,20 +96,36 @@ func checkFusedGemv(t *testing.T, s Stream, rng *rand.Rand, name string, bits, g
 	}
 	const base, scale, eps = 10000, 0.5, 1e-5
 	products := func(norm Array) []Array {
-		q, kk, v := f.AffineLinearHeadsRoPE(x, wq, sq, bq, group, bits, norm, eps, heads, kvHeads, d, dims, traditional, base, scale, positions, freqs)
+		q, kk, v, stored := f.AffineLinearHeadsRoPE(x, wq, sq, bq, group, bits, norm, eps, heads, kvHeads, d, dims, traditional, base, scale, positions, freqs, KVStore{})
+		if stored {
+			t.Fatalf("%s: the q/k/v product stored keys and values without a pool", name)
+		}
 		return []Array{
 			f.AffineLinearAdd(x, wo, so, bo, group, bits, res),
 			f.AffineLinearSwiGLU(x, wg, sg, bg, group, bits, norm, eps),
 			q, kk, v,
 		}
 	}
+	// The q/k/v product with a store into a KV pool: the same floats, and
+	// k and v in the pool (the kernel, fused or apart, takes the store).
+	withStore := func(norm Array, level int, want []Array) {
+		kv, slots := kvPool(t, f, rng, 2*m+1, kvHeads, d, m, xType)
+		q, kk, v, stored := f.AffineLinearHeadsRoPE(x, wq, sq, bq, group, bits, norm, eps, heads, kvHeads, d, dims, traditional, base, scale, positions, freqs, kv)
+		if !stored {
+			t.Fatalf("%s: the q/k/v product (fused %d) did not store keys and values into the pool", name, level)
+		}
+		checkStored(t, f, fmt.Sprintf("%s, fused %d, stored", name, level), kv, slots, stored, want, []Array{q, kk, v})
+	}
 	withFusedGemv(t, 1)
 	fused := products(Array{})
+	withStore(Array{}, 1, fused[2:])
 	normApart := products(norm)
 	withFusedGemv(t, 2)
 	normFused := products(norm)
+	withStore(norm, 2, normFused[2:])
 	withFusedGemv(t, 0)
 	apart := products(Array{})
+	withStore(Array{}, 0, apart[2:])
 	// Kernels each product's graph holds, fused and apart: the q/k/v
 	// product's three results share theirs.
 	kernels := func(a Array) map[string]int {
@@ -218,8 +234,8 @@ func TestAffineLinearFusedOps(t *testing.T) {
 			}
 			name := fmt.Sprintf("norm %v", nw.Valid())
 			same(name+": gate/up", f.AffineLinearSwiGLU(x, wg, sg, bg, group, bits, nw, eps), f.SwiGLUHalves(f.AffineLinear(in, wg, sg, bg, group, bits)))
-			q, kk, v := f.AffineLinearHeadsRoPE(x, wq, sq, bq, group, bits, nw, eps, heads, kv, d, d, false, base, scale, positions, Array{})
-			oq, ok, ov := f.HeadsRoPE(f.AffineLinear(in, wq, sq, bq, group, bits), heads, kv, d, d, false, base, scale, positions, Array{})
+			q, kk, v, _ := f.AffineLinearHeadsRoPE(x, wq, sq, bq, group, bits, nw, eps, heads, kv, d, d, false, base, scale, positions, Array{}, KVStore{})
+			oq, ok, ov, _ := f.HeadsRoPE(f.AffineLinear(in, wq, sq, bq, group, bits), heads, kv, d, d, false, base, scale, positions, Array{}, KVStore{})
 			same(name+": q", q, oq)
 			same(name+": k", kk, ok)
 			same(name+": v", v, ov)

@@ -176,11 +176,13 @@ int mlx_cuda_paged_decode(mlx_array* res, const mlx_array q, const mlx_array k_p
                           const mlx_array table, const mlx_array meta, int block, int window, float scale,
                           const mlx_array sinks, int keys, bool split, const mlx_stream s);
 /* extension: a fused q/k/v projection's heads split into q, k and v, q's
-   and k's rotated at each token's position, as one CUDA kernel (see
-   Frame.HeadsRoPE). */
+   and k's rotated at each token's position, as one CUDA kernel, which
+   also writes k and v into the KV pool k_pool, v_pool at slots where they
+   are given and fit (*stored then true; see Frame.HeadsRoPE). */
 int mlx_cuda_heads_rope(mlx_vector_array* res, const mlx_array y, int heads, int kv_heads, int head_dim, int dims,
                         bool traditional, mlx_optional_float base, float scale, const mlx_array positions,
-                        const mlx_array freqs, const mlx_stream s);
+                        const mlx_array freqs, const mlx_array k_pool, const mlx_array v_pool, const mlx_array slots,
+                        bool* stored, const mlx_stream s);
 /* extension: silu(x[..., :F]) * x[..., F:] as one CUDA kernel (see
    Frame.SwiGLUHalves). */
 int mlx_cuda_swiglu_halves(mlx_array* res, const mlx_array x, const mlx_stream s);
@@ -198,14 +200,15 @@ int mlx_cuda_affine_gemv_swiglu(mlx_vector_array* res, const mlx_array x, const 
                                 const mlx_stream s);
 /* extension: x @ dequantize(w).T split into heads and rotated as
    mlx_cuda_heads_rope does (x RMS-normalized by norm first unless norm is
-   empty), as one CUDA kernel, or res left empty (see
-   Frame.AffineLinearHeadsRoPE). */
+   empty; k and v into the pool as it does), as one CUDA kernel, or res
+   left empty (see Frame.AffineLinearHeadsRoPE). */
 int mlx_cuda_affine_gemv_heads_rope(mlx_vector_array* res, const mlx_array x, const mlx_array w,
                                     const mlx_array scales, const mlx_array biases, int group_size, int bits,
                                     const mlx_array norm, float eps, int heads, int kv_heads, int head_dim, int dims,
                                     bool traditional,
                                     mlx_optional_float base, float scale, const mlx_array positions,
-                                    const mlx_array freqs, const mlx_stream s);
+                                    const mlx_array freqs, const mlx_array k_pool, const mlx_array v_pool,
+                                    const mlx_array slots, bool* stored, const mlx_stream s);
 /* extension: sets how far the products above fuse (0 to 2, what
    PROVIDER_GPU_QMV_FUSED set) until the setting is read again; returns
    the setting before. */

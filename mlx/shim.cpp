@@ -1284,7 +1284,8 @@ constexpr const char* kGemvRowsHeads = R"(
 )";
 
 // q [M, H, D], k and v [M, KV, D]: each pair rotated at its token's
-// position pos[m], or copied, as kHeadsRope does it.
+// position pos[m], or copied, as kHeadsRope does it; the key and value
+// pairs also go to kv_put (kNoKVPut or kKVPut, before this piece).
 constexpr const char* kGemvStoreHeads = R"(
   if (lane == 0) {
 #pragma unroll
@@ -1315,30 +1316,60 @@ constexpr const char* kGemvStoreHeads = R"(
         } else {
           dst = v + ((size_t)m * KV + hh - H - KV) * D;
         }
-        const T ya = static_cast<T>(acc[m][2 * i]), yb = static_cast<T>(acc[m][2 * i + 1]);
-        if (!turn) {
-          dst[a] = ya;
-          dst[b] = yb;
-          continue;
+        T va = static_cast<T>(acc[m][2 * i]), vb = static_cast<T>(acc[m][2 * i + 1]);
+        if (turn) {
+          const float theta = (__int_as_float(SCALE_BITS) * static_cast<float>(pos[m])) * inv;
+          double sd, cd;
+          sincos(static_cast<double>(theta), &sd, &cd);
+          const float c = static_cast<float>(cd), s = static_cast<float>(sd);
+          const float x1 = static_cast<float>(va), x2 = static_cast<float>(vb);
+          va = static_cast<T>(x1 * c - x2 * s);
+          vb = static_cast<T>(x1 * s + x2 * c);
         }
-        const float theta = (__int_as_float(SCALE_BITS) * static_cast<float>(pos[m])) * inv;
-        double sd, cd;
-        sincos(static_cast<double>(theta), &sd, &cd);
-        const float c = static_cast<float>(cd), s = static_cast<float>(sd);
-        const float x1 = static_cast<float>(ya), x2 = static_cast<float>(yb);
-        dst[a] = static_cast<T>(x1 * c - x2 * s);
-        dst[b] = static_cast<T>(x1 * s + x2 * c);
+        dst[a] = va;
+        dst[b] = vb;
+        kv_put(m, hh, a, b, va, vb);
       }
     }
   }
+)";
+
+// kv_put(token, head, a, b, va, vb), given a pair of elements a, b of one
+// of the (H + 2 KV) heads of a fused q/k/v projection: kNoKVPut ignores
+// it; kKVPut writes a key or value head's pair into the KV pool at the
+// token's slot, in place. kpool and vpool [slots, KV, D] are inputs (MLX
+// has the kernel write only its outputs) that the kernel writes all the
+// same: they are a KV pool's own arrays, which nothing else in the step
+// writes, and which the step reads only in its attention, which takes the
+// q this kernel makes and so runs after it (kvpool's KernelStore).
+constexpr const char* kNoKVPut = R"(
+  auto kv_put = [](int, int, int, int, T, T) {};
+)";
+
+constexpr const char* kKVPut = R"(
+  auto kv_put = [&](int t, int hh, int a, int b, T va, T vb) {
+    if (hh < H) {
+      return;
+    }
+    const bool key = hh < H + KV;
+    T* at = const_cast<T*>(key ? kpool : vpool) + ((size_t)slots[t] * KV + (key ? hh - H : hh - H - KV)) * D;
+    at[a] = va;
+    at[b] = vb;
+  };
 )";
 
 constexpr const char* kAffineGemvAdd[] = {kGemvHead, kGemvRows, kGemvNoNorm, kGemvSums, kGemvStoreAdd};
 constexpr const char* kAffineGemvSwiglu[] = {kGemvHead, kGemvRowsHalves, kGemvNoNorm, kGemvSums, kGemvStoreSwiglu};
 constexpr const char* kAffineGemvSwigluNorm[] = {kGemvHead, kGemvRowsHalves, kGemvNorm, kGemvSums,
                                                  kGemvStoreSwiglu};
-constexpr const char* kAffineGemvHeads[] = {kGemvHead, kGemvRowsHeads, kGemvNoNorm, kGemvSums, kGemvStoreHeads};
-constexpr const char* kAffineGemvHeadsNorm[] = {kGemvHead, kGemvRowsHeads, kGemvNorm, kGemvSums, kGemvStoreHeads};
+constexpr const char* kAffineGemvHeads[] = {kGemvHead, kGemvRowsHeads, kGemvNoNorm, kGemvSums, kNoKVPut,
+                                            kGemvStoreHeads};
+constexpr const char* kAffineGemvHeadsNorm[] = {kGemvHead, kGemvRowsHeads, kGemvNorm, kGemvSums, kNoKVPut,
+                                                kGemvStoreHeads};
+constexpr const char* kAffineGemvHeadsKV[] = {kGemvHead, kGemvRowsHeads, kGemvNoNorm, kGemvSums, kKVPut,
+                                              kGemvStoreHeads};
+constexpr const char* kAffineGemvHeadsNormKV[] = {kGemvHead, kGemvRowsHeads, kGemvNorm, kGemvSums, kKVPut,
+                                                  kGemvStoreHeads};
 
 // The affine-quantized product of a few rows on the tensor cores (CUDA,
 // compiled at run time by MLX): y [M, N] = x [M, K] @ dequantize(w).T for
@@ -1794,6 +1825,12 @@ constexpr const char* kHeadsRope = R"(
   const int n = blockIdx.y;
   const int hh = t / HALF;
   const int j = t - hh * HALF;
+  const bool turn = hh < H + KV && j < RH;
+  int a = 2 * j, b = 2 * j + 1;
+  if (hh < H + KV && !TRAD) {
+    a = j < RH ? j : DIMS + 2 * (j - RH);
+    b = j < RH ? j + RH : a + 1;
+  }
   const T* src = y + ((size_t)n * HEADS + hh) * D;
   T* dst;
   if (hh < H) {
@@ -1802,32 +1839,32 @@ constexpr const char* kHeadsRope = R"(
     dst = k + ((size_t)n * KV + hh - H) * D;
   } else {
     dst = v + ((size_t)n * KV + hh - H - KV) * D;
-    dst[2 * j] = src[2 * j];
-    dst[2 * j + 1] = src[2 * j + 1];
-    return;
   }
-  const int a = TRAD ? 2 * j : j;
-  const int b = TRAD ? 2 * j + 1 : j + RH;
-  if (j >= RH) {
-    const int e = TRAD ? 2 * j : DIMS + 2 * (j - RH);
-    dst[e] = src[e];
-    dst[e + 1] = src[e + 1];
-    return;
+  T va = src[a], vb = src[b];
+  if (turn) {
+    float inv;
+    if (HAS_FREQS) {
+      inv = 1.0f / freqs[j];
+    } else {
+      inv = exp2f(-(static_cast<float>(j) / static_cast<float>(RH)) * __int_as_float(LOG2_BASE_BITS));
+    }
+    const float theta = (__int_as_float(SCALE_BITS) * static_cast<float>(pos[n])) * inv;
+    double sd, cd;
+    sincos(static_cast<double>(theta), &sd, &cd);
+    const float c = static_cast<float>(cd), s = static_cast<float>(sd);
+    const float x1 = static_cast<float>(va), x2 = static_cast<float>(vb);
+    va = static_cast<T>(x1 * c - x2 * s);
+    vb = static_cast<T>(x1 * s + x2 * c);
   }
-  float inv;
-  if (HAS_FREQS) {
-    inv = 1.0f / freqs[j];
-  } else {
-    inv = exp2f(-(static_cast<float>(j) / static_cast<float>(RH)) * __int_as_float(LOG2_BASE_BITS));
-  }
-  const float theta = (__int_as_float(SCALE_BITS) * static_cast<float>(pos[n])) * inv;
-  double sd, cd;
-  sincos(static_cast<double>(theta), &sd, &cd);
-  const float c = static_cast<float>(cd), s = static_cast<float>(sd);
-  const float x1 = static_cast<float>(src[a]), x2 = static_cast<float>(src[b]);
-  dst[a] = static_cast<T>(x1 * c - x2 * s);
-  dst[b] = static_cast<T>(x1 * s + x2 * c);
+  dst[a] = va;
+  dst[b] = vb;
+  kv_put(n, hh, a, b, va, vb);
 )";
+
+// The rotation alone, and with the keys and values also written into a
+// KV pool (kKVPut).
+constexpr const char* kHeadsRopeParts[] = {kNoKVPut, kHeadsRope};
+constexpr const char* kHeadsRopeKV[] = {kKVPut, kHeadsRope};
 
 // SiLU of a fused gate/up projection's first half times its second (CUDA):
 // x [M, 2F] to y [M, F], each in float, one thread an output; row m is
@@ -1957,6 +1994,33 @@ bool norm_inputs(const GemvConfig& c, const mlx_array norm, float eps, const mx:
   return true;
 }
 
+// kv_store reports whether a q/k/v kernel may also write its keys and
+// values into the KV pool k_pool, v_pool at slots (kKVPut), and if so adds
+// them to its inputs: pools [S, kv_heads, head_dim] of the kernel's type T,
+// already laid out (scheduled) and row-contiguous, since MLX would hand the
+// kernel a copy of any other, and slots [n] int32, each token's row of the
+// pools. Where they are missing or do not fit, the kernel writes only q,
+// k and v, and the caller stores k and v itself.
+bool kv_store(const mlx_array k_pool, const mlx_array v_pool, const mlx_array slots, mx::Dtype t, int kv_heads,
+              int head_dim, int n, std::vector<mx::array>& in) {
+  if (k_pool.ctx == nullptr || v_pool.ctx == nullptr || slots.ctx == nullptr) {
+    return false;
+  }
+  const mx::array &k = arr(k_pool), &v = arr(v_pool), &sl = arr(slots);
+  auto laid_out = [](const mx::array& a) {
+    return a.status() != mx::array::Status::unscheduled && a.flags().row_contiguous;
+  };
+  auto pool = [&](const mx::array& a) {
+    return a.dtype() == t && a.ndim() == 3 && a.shape(0) == k.shape(0) && a.shape(1) == kv_heads &&
+           a.shape(2) == head_dim && laid_out(a);
+  };
+  if (!pool(k) || !pool(v) || sl.dtype() != mx::int32 || sl.ndim() != 1 || sl.shape(0) != n || !laid_out(sl)) {
+    return false;
+  }
+  in.insert(in.end(), {k, v, sl});
+  return true;
+}
+
 }  // namespace
 
 int mlx_cuda_available(bool* res) {
@@ -2007,7 +2071,8 @@ int mlx_cuda_paged_decode(mlx_array* res, const mlx_array q, const mlx_array k_p
 
 int mlx_cuda_heads_rope(mlx_vector_array* res, const mlx_array y, int heads, int kv_heads, int head_dim, int dims,
                         bool traditional, mlx_optional_float base, float scale, const mlx_array positions,
-                        const mlx_array freqs, const mlx_stream s) {
+                        const mlx_array freqs, const mlx_array k_pool, const mlx_array v_pool, const mlx_array slots,
+                        bool* stored, const mlx_stream s) {
   return guard([&] {
     const mx::Stream& st = cuda_stream(s, "heads_rope");
     const mx::array& ya = arr(y);
@@ -2022,14 +2087,19 @@ int mlx_cuda_heads_rope(mlx_vector_array* res, const mlx_array y, int heads, int
       throw std::invalid_argument("heads_rope: needs y [..., N, (heads + 2 kv_heads) * head_dim], N positions, "
                                   "even dims <= head_dim and freqs of dims/2 or a base");
     }
-    static auto kernel = mx::fast::cuda_kernel("heads_rope", {"y", "pos", "freqs"}, {"q", "k", "v"}, kHeadsRope, "",
-                                               /*ensure_row_contiguous=*/true);
+    static auto kernel = mx::fast::cuda_kernel("heads_rope", {"y", "pos", "freqs"}, {"q", "k", "v"},
+                                               kernel_source(kHeadsRopeParts), "", /*ensure_row_contiguous=*/true);
+    static auto kv = mx::fast::cuda_kernel("heads_rope_kv", {"y", "pos", "freqs", "kpool", "vpool", "slots"},
+                                           {"q", "k", "v"}, kernel_source(kHeadsRopeKV), "",
+                                           /*ensure_row_contiguous=*/true);
     const int N = pa.shape(0), D = head_dim;
     const int threads = (heads + 2 * kv_heads) * D / 2;
     const int block = 128;
     // Without freqs the kernel reads none.
     mx::array f = has_freqs ? mx::astype(arr(freqs), mx::float32, st) : float_zeros(1, st);
-    auto out = launch(kernel, {ya, mx::astype(pa, mx::int32, st), f}, {{N, heads, D}, {N, kv_heads, D}, {N, kv_heads, D}},
+    std::vector<mx::array> in{ya, mx::astype(pa, mx::int32, st), f};
+    *stored = kv_store(k_pool, v_pool, slots, ya.dtype(), kv_heads, head_dim, N, in);
+    auto out = launch(*stored ? kv : kernel, in, {{N, heads, D}, {N, kv_heads, D}, {N, kv_heads, D}},
                       {ya.dtype(), ya.dtype(), ya.dtype()}, {(threads + block - 1) / block * block, N, 1}, {block, 1, 1},
                       {{"T", ya.dtype()},
                        {"H", heads},
@@ -2120,8 +2190,10 @@ int mlx_cuda_affine_gemv_heads_rope(mlx_vector_array* res, const mlx_array x, co
                                     const mlx_array scales, const mlx_array biases, int group_size, int bits,
                                     const mlx_array norm, float eps, int heads, int kv_heads, int head_dim, int dims,
                                     bool traditional, mlx_optional_float base, float scale, const mlx_array positions,
-                                    const mlx_array freqs, const mlx_stream s) {
+                                    const mlx_array freqs, const mlx_array k_pool, const mlx_array v_pool,
+                                    const mlx_array slots, bool* stored, const mlx_stream s) {
   return guard([&] {
+    *stored = false;
     const mx::array &xa = arr(x), &wa = arr(w), &pa = arr(positions);
     const mx::Stream& st = strm(s);
     const GemvConfig c = gemv_config();
@@ -2141,10 +2213,18 @@ int mlx_cuda_affine_gemv_heads_rope(mlx_vector_array* res, const mlx_array x, co
     static auto normed = mx::fast::cuda_kernel("affine_gemv_heads_rope_norm",
                                                {"x", "w", "scales", "biases", "pos", "freqs", "nw"}, {"q", "k", "v"},
                                                kernel_source(kAffineGemvHeadsNorm), "", /*ensure_row_contiguous=*/true);
+    static auto kv = mx::fast::cuda_kernel("affine_gemv_heads_rope_kv",
+                                           {"x", "w", "scales", "biases", "pos", "freqs", "kpool", "vpool", "slots"},
+                                           {"q", "k", "v"}, kernel_source(kAffineGemvHeadsKV), "",
+                                           /*ensure_row_contiguous=*/true);
+    static auto normed_kv = mx::fast::cuda_kernel(
+        "affine_gemv_heads_rope_norm_kv", {"x", "w", "scales", "biases", "pos", "freqs", "kpool", "vpool", "slots", "nw"},
+        {"q", "k", "v"}, kernel_source(kAffineGemvHeadsNormKV), "", /*ensure_row_contiguous=*/true);
     const int N = pa.shape(0), D = head_dim;
     // Without freqs the kernel reads none.
     mx::array f = has_freqs ? mx::astype(arr(freqs), mx::float32, st) : float_zeros(1, st);
     std::vector<mx::array> in{xa, wa, arr(scales), arr(biases), mx::astype(pa, mx::int32, st), f};
+    *stored = kv_store(k_pool, v_pool, slots, xa.dtype(), kv_heads, head_dim, N, in);
     std::vector<std::pair<std::string, mx::fast::TemplateArg>> targs{
         {"H", heads},
         {"KV", kv_heads},
@@ -2155,8 +2235,8 @@ int mlx_cuda_affine_gemv_heads_rope(mlx_vector_array* res, const mlx_array x, co
         {"LOG2_BASE_BITS", float_bits(has_freqs ? 0.f : std::log2(base.value))},
         {"SCALE_BITS", float_bits(scale)}};
     const bool inside = norm_inputs(c, norm, eps, st, in, targs);
-    vec(*res) = gemv_launch(inside ? normed : kernel, in,
-                            {{N, heads, D}, {N, kv_heads, D}, {N, kv_heads, D}}, {xa.dtype(), xa.dtype(), xa.dtype()},
+    const auto& fn = *stored ? (inside ? normed_kv : kv) : (inside ? normed : kernel);
+    vec(*res) = gemv_launch(fn, in, {{N, heads, D}, {N, kv_heads, D}, {N, kv_heads, D}}, {xa.dtype(), xa.dtype(), xa.dtype()},
                             width, c.shape, group_size, bits, std::move(targs), st);
   });
 }

@@ -200,13 +200,14 @@ func (w *Weight) LinearSwiGLU(f *mlx.Frame, x, norm mlx.Array, eps float32) mlx.
 
 // LinearHeadsRoPE is HeadsRoPE(Linear(RMSNorm(x, norm, eps)), ...) for a
 // fused q/k/v projection (no RMSNorm where norm is invalid): one kernel
-// where mlx.Frame.AffineLinearHeadsRoPE makes it one.
-func (w *Weight) LinearHeadsRoPE(f *mlx.Frame, x, norm mlx.Array, eps float32, heads, kvHeads, headDim, dims int, traditional bool, base, scale float32, positions, freqs mlx.Array) (q, k, v mlx.Array) {
+// where mlx.Frame.AffineLinearHeadsRoPE makes it one, which writes k and v
+// into kv's pool too where it can (stored).
+func (w *Weight) LinearHeadsRoPE(f *mlx.Frame, x, norm mlx.Array, eps float32, heads, kvHeads, headDim, dims int, traditional bool, base, scale float32, positions, freqs mlx.Array, kv mlx.KVStore) (q, k, v mlx.Array, stored bool) {
 	if w.plainAffine() {
 		return f.AffineLinearHeadsRoPE(x, w.W, w.Scales, w.Biases, w.GroupSize, w.Bits, norm, eps, heads, kvHeads, headDim,
-			dims, traditional, base, scale, positions, freqs)
+			dims, traditional, base, scale, positions, freqs, kv)
 	}
-	return f.HeadsRoPE(w.Linear(f, f.RMSNormIf(x, norm, eps)), heads, kvHeads, headDim, dims, traditional, base, scale, positions, freqs)
+	return f.HeadsRoPE(w.Linear(f, f.RMSNormIf(x, norm, eps)), heads, kvHeads, headDim, dims, traditional, base, scale, positions, freqs, kv)
 }
 
 // plainAffine reports whether Linear is mlx.Frame.AffineLinear alone: an

@@ -89,10 +89,12 @@ func sameTokensCUDA(t *testing.T, what string, set func(bool) bool, prompts []in
 }
 
 // greedyRun is what decodeGreedy saw: every row's token of every step,
-// and every step's logits.
+// every step's logits, and the primitives of the last step's graph (whole
+// only where no layer was queued before the step's end).
 type greedyRun struct {
 	tokens []int32
 	logits []float32
+	last   map[string]int
 }
 
 // decodeGreedy prefills one row per prompt length (synthetic tokens),
@@ -108,13 +110,18 @@ func decodeGreedy(t *testing.T, s mlx.Stream, cfg model.Config, net *llama.Model
 	for r, n := range prompts {
 		rows[r] = kvpool.Row{Seq: p.NewSeq(), Tokens: syntheticPrompt(n, r), Sample: true}
 	}
-	for range steps + 1 {
+	for step := range steps + 1 {
 		f := mlx.NewFrame(s)
 		bt, err := p.Begin(f, rows)
 		if err != nil {
 			t.Fatal(err)
 		}
 		logits := net.Forward(f, bt)
+		if step == steps {
+			if run.last, err = mlx.GraphPrimitives(logits); err != nil {
+				t.Fatal(err)
+			}
+		}
 		ids := f.ToInt32s(f.Argmax(logits, 1, false))
 		run.logits = append(run.logits, f.ToFloat32s(logits)...)
 		if err := f.Err(); err != nil {
@@ -177,6 +184,41 @@ func TestFusedGemvSameLogitsCUDA(t *testing.T) {
 			t.Logf("%d rows: %d logits the same fused and apart", len(c.prompts), len(want.logits))
 		}
 	})
+}
+
+// TestKernelStoreSameLogitsCUDA decodes greedily on a GPU with the
+// checkpoint PROVIDER_BENCH_MODEL names, with each decode step's keys and
+// values written into the pool by the kernel that makes them
+// (kvpool.Batch.KernelStore, the default) and scattered into it by MLX
+// (PROVIDER_GPU_KV_STORE=0): one row (the matrix-vector kernel's product
+// and rotation), two with the tensor-core kernel off (the same kernel),
+// and eight (the tensor-core product, then the rotation's own kernel). The
+// pool holds the same floats either way, so every logit must be the same
+// float; and a decode step must scatter nothing with the store and
+// something without it.
+func TestKernelStoreSameLogitsCUDA(t *testing.T) {
+	d := benchCheckpoint(t, "keys and values stored by the q/k/v kernels are")
+	for _, c := range []struct {
+		prompts []int
+		mma     bool
+	}{{[]int{120}, true}, {[]int{120, 57}, false}, {[]int{120, 57, 33, 200, 9, 64, 150, 17}, true}} {
+		var runs [2]greedyRun
+		for i, env := range []string{"0", "1"} {
+			t.Setenv("PROVIDER_GPU_KV_STORE", env)
+			d.th.Do(func() {
+				defer mlx.SetAffineMMA(mlx.SetAffineMMA(c.mma))
+				// The last step's graph counted whole.
+				defer mlx.SetDispatchLayers(mlx.SetDispatchLayers(0))
+				runs[i] = decodeGreedy(t, d.s, d.cfg, d.net, c.prompts, 8)
+			})
+		}
+		scattered, stored := runs[0].last["ScatterAxis"], runs[1].last["ScatterAxis"]
+		if scattered == 0 || stored != 0 {
+			t.Fatalf("%d rows: a decode step scattered %d times without the store, %d with it", len(c.prompts), scattered, stored)
+		}
+		sameLogits(t, fmt.Sprintf("%d rows, stored by the kernels", len(c.prompts)), "scattered", runs[1], runs[0])
+		t.Logf("%d rows: %d logits the same stored and scattered (%d scatters a step fewer)", len(c.prompts), len(runs[0].logits), scattered)
+	}
 }
 
 // TestFusedNormSameTokensCUDA is TestLayerKernelsSameTokensCUDA for the

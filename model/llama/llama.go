@@ -178,12 +178,19 @@ func (m *Model) attention(f *mlx.Frame, l *layer, li int, x mlx.Array, b *kvpool
 	case l.qkv != nil && !ref:
 		// One product, laid out as heads (q's, then k's, then v's), split
 		// and rotated in one step (one kernel on CUDA, which may take the
-		// norm too; reference numerics keep the norm apart).
-		in, norm := x, l.attnNorm.W
+		// norm too, and write k and v into the pool; reference numerics
+		// keep the norm apart).
+		in, norm, kv := x, l.attnNorm.W, mlx.KVStore{}
 		if c.ReferenceNumerics {
 			in, norm = m.rmsNorm(f, x, l.attnNorm), mlx.Array{}
+		} else {
+			kv = b.KernelStore(li)
 		}
-		q, k, v = l.qkv.LinearHeadsRoPE(f, in, norm, c.NormEps, c.Heads, c.KVHeads, c.HeadDim, r.Dims, r.Traditional, r.Base, r.Scale, pos, m.freqs)
+		var stored bool
+		q, k, v, stored = l.qkv.LinearHeadsRoPE(f, in, norm, c.NormEps, c.Heads, c.KVHeads, c.HeadDim, r.Dims, r.Traditional, r.Base, r.Scale, pos, m.freqs, kv)
+		if stored {
+			b.Stored(li)
+		}
 	default:
 		h := m.rmsNorm(f, x, l.attnNorm)
 		var yq, yk, yv mlx.Array

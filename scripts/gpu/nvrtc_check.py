@@ -100,6 +100,11 @@ def check(nvrtc, rc):
         sys.exit("nvrtc: " + nvrtc.nvrtcGetErrorString(rc).decode())
 
 
+def POOL(t):
+    """The inputs of a q/k/v kernel that also writes a KV pool (kKVPut)."""
+    return [("kpool", t), ("vpool", t), ("slots", "int32")]
+
+
 def main():
     nvrtc = load_nvrtc()
     scale = 0x3DB504F3  # 1/sqrt(128) as float bits
@@ -134,13 +139,14 @@ def main():
                 cases.append((f"affine_gemv_swiglu{suffix} {t} bits={bits} M={m} R={r}", "kAffineGemvSwiglu" + suffix,
                               gemv + nin, [("y", t)], shared + nargs))
                 for dims, trad, freqs in ((128, False, False), (64, True, True)):
-                    cases.append((f"affine_gemv_heads_rope{suffix} {t} bits={bits} M={m} R={r} dims={dims} "
-                                  f"traditional={trad}", "kAffineGemvHeads" + suffix,
-                                  gemv + [("pos", "int32"), ("freqs", "float32")] + nin,
-                                  [("q", t), ("k", t), ("v", t)],
-                                  shared + [("H", 32), ("KV", 8), ("D", 128), ("DIMS", dims), ("TRAD", trad),
-                                            ("HAS_FREQS", freqs), ("LOG2_BASE_BITS", 0x41549A78),
-                                            ("SCALE_BITS", 0x3F800000)] + nargs))
+                    for kv, kin in (("", []), ("KV", POOL(t))):
+                        cases.append((f"affine_gemv_heads_rope{suffix}{kv} {t} bits={bits} M={m} R={r} dims={dims} "
+                                      f"traditional={trad}", "kAffineGemvHeads" + suffix + kv,
+                                      gemv + [("pos", "int32"), ("freqs", "float32")] + kin + nin,
+                                      [("q", t), ("k", t), ("v", t)],
+                                      shared + [("H", 32), ("KV", 8), ("D", 128), ("DIMS", dims), ("TRAD", trad),
+                                                ("HAS_FREQS", freqs), ("LOG2_BASE_BITS", 0x41549A78),
+                                                ("SCALE_BITS", 0x3F800000)] + nargs))
     for t in ("float16", "bfloat16"):
         for nt, g, w, u, pf in ((1, 64, 4, 4, False), (1, 32, 4, 4, True), (2, 128, 1, 2, False), (4, 64, 8, 4, True)):
             cases.append((f"affine_mma {t} NT={nt} G={g} W={w} U={u} PF={pf}", "kAffineMma",
@@ -150,10 +156,11 @@ def main():
     log2_base = 0x41549A78  # log2(10000) as float bits
     for t in ("float16", "float32", "bfloat16"):
         for dims, trad, freqs in ((128, False, False), (64, True, False), (128, False, True)):
-            cases.append((f"heads_rope {t} dims={dims} traditional={trad} freqs={freqs}", "kHeadsRope",
-                          [("y", t), ("pos", "int32"), ("freqs", "float32")], [("q", t), ("k", t), ("v", t)],
-                          [("T", t), ("H", 32), ("KV", 8), ("D", 128), ("DIMS", dims), ("TRAD", trad),
-                           ("HAS_FREQS", freqs), ("LOG2_BASE_BITS", log2_base), ("SCALE_BITS", 0x3F800000)]))
+            for kv, body, kin in (("", "kHeadsRopeParts", []), (" kv", "kHeadsRopeKV", POOL(t))):
+                cases.append((f"heads_rope{kv} {t} dims={dims} traditional={trad} freqs={freqs}", body,
+                              [("y", t), ("pos", "int32"), ("freqs", "float32")] + kin, [("q", t), ("k", t), ("v", t)],
+                              [("T", t), ("H", 32), ("KV", 8), ("D", 128), ("DIMS", dims), ("TRAD", trad),
+                               ("HAS_FREQS", freqs), ("LOG2_BASE_BITS", log2_base), ("SCALE_BITS", 0x3F800000)]))
         cases.append((f"swiglu_halves {t}", "kSwigluHalves", [("x", t)], [("y", t)], [("T", t), ("F", 11008)]))
     failed = 0
     for name, body, inputs, outputs, consts in cases:
