@@ -1283,9 +1283,34 @@ constexpr const char* kGemvRowsHeads = R"(
   }
 )";
 
+// rope_inv(j), the inverse frequency of pair j (1 / freqs[j], or
+// base^(-j / (DIMS/2)) from log2(base)), and rope_turn(at, inv, va, vb),
+// the pair rotated by the angle scale * at * inv for position at: in
+// float, as MLX's own rotation computes it, but for the angle's cosine and
+// sine, taken in double (kHeadsRope says why). The q/k/v kernels' store
+// pieces call them.
+constexpr const char* kRopePair = R"(
+  auto rope_inv = [&](int j) {
+    if (HAS_FREQS) {
+      return 1.0f / freqs[j];
+    }
+    return exp2f(-(static_cast<float>(j) / static_cast<float>(DIMS / 2)) * __int_as_float(LOG2_BASE_BITS));
+  };
+  auto rope_turn = [&](int at, float inv, T& va, T& vb) {
+    const float theta = (__int_as_float(SCALE_BITS) * static_cast<float>(at)) * inv;
+    double sd, cd;
+    sincos(static_cast<double>(theta), &sd, &cd);
+    const float c = static_cast<float>(cd), s = static_cast<float>(sd);
+    const float x1 = static_cast<float>(va), x2 = static_cast<float>(vb);
+    va = static_cast<T>(x1 * c - x2 * s);
+    vb = static_cast<T>(x1 * s + x2 * c);
+  };
+)";
+
 // q [M, H, D], k and v [M, KV, D]: each pair rotated at its token's
-// position pos[m], or copied, as kHeadsRope does it; the key and value
-// pairs also go to kv_put (kNoKVPut or kKVPut, before this piece).
+// position pos[m], or copied, as kHeadsRope does it (kRopePair, before
+// this piece); the key and value pairs also go to kv_put (kNoKVPut or
+// kKVPut, before this piece too).
 constexpr const char* kGemvStoreHeads = R"(
   if (lane == 0) {
 #pragma unroll
@@ -1298,14 +1323,7 @@ constexpr const char* kGemvStoreHeads = R"(
       const int j = p - hh * HALF;
       const int a = rows[2 * i] - hh * D, b = rows[2 * i + 1] - hh * D;
       const bool turn = hh < H + KV && j < RH;
-      float inv = 0.f;
-      if (turn) {
-        if (HAS_FREQS) {
-          inv = 1.0f / freqs[j];
-        } else {
-          inv = exp2f(-(static_cast<float>(j) / static_cast<float>(RH)) * __int_as_float(LOG2_BASE_BITS));
-        }
-      }
+      const float inv = turn ? rope_inv(j) : 0.f;
 #pragma unroll
       for (int m = 0; m < M; m++) {
         T* dst;
@@ -1318,13 +1336,7 @@ constexpr const char* kGemvStoreHeads = R"(
         }
         T va = static_cast<T>(acc[m][2 * i]), vb = static_cast<T>(acc[m][2 * i + 1]);
         if (turn) {
-          const float theta = (__int_as_float(SCALE_BITS) * static_cast<float>(pos[m])) * inv;
-          double sd, cd;
-          sincos(static_cast<double>(theta), &sd, &cd);
-          const float c = static_cast<float>(cd), s = static_cast<float>(sd);
-          const float x1 = static_cast<float>(va), x2 = static_cast<float>(vb);
-          va = static_cast<T>(x1 * c - x2 * s);
-          vb = static_cast<T>(x1 * s + x2 * c);
+          rope_turn(pos[m], inv, va, vb);
         }
         dst[a] = va;
         dst[b] = vb;
@@ -1362,14 +1374,14 @@ constexpr const char* kAffineGemvAdd[] = {kGemvHead, kGemvRows, kGemvNoNorm, kGe
 constexpr const char* kAffineGemvSwiglu[] = {kGemvHead, kGemvRowsHalves, kGemvNoNorm, kGemvSums, kGemvStoreSwiglu};
 constexpr const char* kAffineGemvSwigluNorm[] = {kGemvHead, kGemvRowsHalves, kGemvNorm, kGemvSums,
                                                  kGemvStoreSwiglu};
-constexpr const char* kAffineGemvHeads[] = {kGemvHead, kGemvRowsHeads, kGemvNoNorm, kGemvSums, kNoKVPut,
-                                            kGemvStoreHeads};
-constexpr const char* kAffineGemvHeadsNorm[] = {kGemvHead, kGemvRowsHeads, kGemvNorm, kGemvSums, kNoKVPut,
-                                                kGemvStoreHeads};
-constexpr const char* kAffineGemvHeadsKV[] = {kGemvHead, kGemvRowsHeads, kGemvNoNorm, kGemvSums, kKVPut,
-                                              kGemvStoreHeads};
-constexpr const char* kAffineGemvHeadsNormKV[] = {kGemvHead, kGemvRowsHeads, kGemvNorm, kGemvSums, kKVPut,
-                                                  kGemvStoreHeads};
+constexpr const char* kAffineGemvHeads[] = {kGemvHead, kGemvRowsHeads, kGemvNoNorm, kGemvSums, kRopePair,
+                                            kNoKVPut,  kGemvStoreHeads};
+constexpr const char* kAffineGemvHeadsNorm[] = {kGemvHead, kGemvRowsHeads, kGemvNorm, kGemvSums, kRopePair,
+                                                kNoKVPut,  kGemvStoreHeads};
+constexpr const char* kAffineGemvHeadsKV[] = {kGemvHead, kGemvRowsHeads, kGemvNoNorm, kGemvSums, kRopePair,
+                                              kKVPut,    kGemvStoreHeads};
+constexpr const char* kAffineGemvHeadsNormKV[] = {kGemvHead, kGemvRowsHeads, kGemvNorm, kGemvSums, kRopePair,
+                                                  kKVPut,    kGemvStoreHeads};
 
 // The affine-quantized product of a few rows on the tensor cores (CUDA,
 // compiled at run time by MLX): y [M, N] = x [M, K] @ dequantize(w).T for
@@ -1842,19 +1854,7 @@ constexpr const char* kHeadsRope = R"(
   }
   T va = src[a], vb = src[b];
   if (turn) {
-    float inv;
-    if (HAS_FREQS) {
-      inv = 1.0f / freqs[j];
-    } else {
-      inv = exp2f(-(static_cast<float>(j) / static_cast<float>(RH)) * __int_as_float(LOG2_BASE_BITS));
-    }
-    const float theta = (__int_as_float(SCALE_BITS) * static_cast<float>(pos[n])) * inv;
-    double sd, cd;
-    sincos(static_cast<double>(theta), &sd, &cd);
-    const float c = static_cast<float>(cd), s = static_cast<float>(sd);
-    const float x1 = static_cast<float>(va), x2 = static_cast<float>(vb);
-    va = static_cast<T>(x1 * c - x2 * s);
-    vb = static_cast<T>(x1 * s + x2 * c);
+    rope_turn(pos[n], rope_inv(j), va, vb);
   }
   dst[a] = va;
   dst[b] = vb;
@@ -1863,8 +1863,8 @@ constexpr const char* kHeadsRope = R"(
 
 // The rotation alone, and with the keys and values also written into a
 // KV pool (kKVPut).
-constexpr const char* kHeadsRopeParts[] = {kNoKVPut, kHeadsRope};
-constexpr const char* kHeadsRopeKV[] = {kKVPut, kHeadsRope};
+constexpr const char* kHeadsRopeParts[] = {kRopePair, kNoKVPut, kHeadsRope};
+constexpr const char* kHeadsRopeKV[] = {kRopePair, kKVPut, kHeadsRope};
 
 // SiLU of a fused gate/up projection's first half times its second (CUDA):
 // x [M, 2F] to y [M, F], each in float, one thread an output; row m is
