@@ -709,6 +709,11 @@ func (b *Batch) AttendRows(li int, q, k, v mlx.Array, fn func(q, k, v mlx.Array)
 		f.Fail(fmt.Errorf("kvpool: row-by-row attention has no bidirectional spans"))
 		return mlx.Array{}
 	}
+	if b.stored != nil && b.stored[li] {
+		// Its reads of the pool would not wait for the kernel's writes.
+		f.Fail(fmt.Errorf("kvpool: layer %d: row-by-row attention over keys a kernel stored (KernelStore is for Attend)", li))
+		return mlx.Array{}
+	}
 	gi, src, shared := p.source(li)
 	if !shared {
 		b.store(src, b.step(gi, false), k, v)

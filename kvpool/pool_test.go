@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/goprovider/provider/mlx"
@@ -535,6 +536,22 @@ func TestKernelStoreOffered(t *testing.T) {
 		step([]int{1, 1}, func(bt *Batch) { bt.Stored(2) })
 		if p.k[2] != k2 || p.k[0] == k0 {
 			t.Fatalf("after a step that stored layer 2 itself: layer 2's keys replaced %v, layer 0's %v", p.k[2] != k2, p.k[0] != k0)
+		}
+		// Row-by-row attention, whose reads would not wait for the
+		// kernel's writes, refuses a stored layer.
+		f := mlx.NewFrame(s)
+		defer f.Free()
+		bt, err := p.Begin(f, []Row{{Seq: a, Tokens: []int32{0}, Sample: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bt.Stored(0)
+		l := p.layers[0]
+		k := f.Float32s(make([]float32, l.KVHeads*l.HeadDim), 1, l.KVHeads, l.HeadDim)
+		bt.AttendRows(0, f.Float32s(make([]float32, testHeads*l.HeadDim), 1, testHeads, l.HeadDim), k, k,
+			func(q, k, v mlx.Array) mlx.Array { return q })
+		if err := f.Err(); err == nil || !strings.Contains(err.Error(), "kernel stored") {
+			t.Fatalf("AttendRows over a stored layer: %v, want a refusal", err)
 		}
 	})
 }
