@@ -27,7 +27,6 @@ It does not check what the device's compiler makes of the body:
 nvrtc_check.py compiles it for sm_90, and TestAffineGemvCUDA in
 mlx/gemv_cuda_test.go runs it on a GPU.
 """
-import re
 import sys
 from pathlib import Path
 
@@ -84,11 +83,6 @@ static inline float __uint_as_float(unsigned u) {
   std::memcpy(&f, &u, 4);
   return f;
 }
-static inline float __int_as_float(int i) {
-  float f;
-  std::memcpy(&f, &i, 4);
-  return f;
-}
 static inline float rsqrtf(float v) { return 1.0f / std::sqrt(v); }
 
 // A warp's exchange for __shfl_xor_sync: each lane leaves its value, waits
@@ -107,7 +101,6 @@ static inline float __shfl_xor_sync(unsigned, float v, int o) {
   return r;
 }
 
-thread_local Dim3 blockDim;
 
 // Runs a grid of blocks of warps warps, one block at a time.
 template <class F>
@@ -276,18 +269,6 @@ int main() {
 CTYPE = {"float16": "_Float16", "bfloat16": "bf16_t", "float32": "float"}
 
 
-def body():
-    """The kernel's pieces joined, and the line of mlx/shim.cpp its first
-    starts on (the pieces lie apart in the file, so later line numbers in
-    a compiler's message are approximate)."""
-    text = mma_emulate.SHIM.read_text()
-    m = re.search(r"constexpr const char\* %s\[\] = \{([^}]*)\};" % NAME, text)
-    if not m:
-        sys.exit(f"gemv_emulate: {NAME} not in mlx/shim.cpp")
-    parts = [mma_emulate.source(p.strip()) for p in m.group(1).split(",")]
-    return "".join(p[0] for p in parts), parts[0][1]
-
-
 def program(text, line):
     calls = []
     for i, (t, bits, g, n, k) in enumerate(CASES):
@@ -299,7 +280,7 @@ def program(text, line):
 
 
 def main():
-    text, line = body()
+    text, line = mma_emulate.pieces(NAME)
     mma_emulate.check_body("gemv_emulate", NAME, text, lambda b: program(b, line), MUTATIONS,
                            mma_emulate.arguments(__doc__))
 

@@ -64,6 +64,19 @@ def source(name):
     return m.group(1), text.count("\n", 0, m.start(1)) + 1
 
 
+def pieces(name):
+    """The body of a kernel assembled from pieces (an array of raw string
+    constants) joined in order, and the line of mlx/shim.cpp its first piece
+    starts on (the pieces lie apart in the file, so later line numbers in a
+    compiler's message are approximate)."""
+    text = SHIM.read_text()
+    m = re.search(r"constexpr const char\* %s\[\] = \{([^}]*)\};" % name, text)
+    if not m:
+        sys.exit(f"emulator: {name} not in mlx/shim.cpp")
+    parts = [source(p.strip()) for p in m.group(1).split(",")]
+    return "".join(p[0] for p in parts), parts[0][1]
+
+
 # The cases: x's type, group size G, outputs N, K, warps W, chunks a stage
 # U, whether a warp loads its next stage before it computes one (PF), x's
 # address modulo 16. Each runs M = 1, 3, 8, 9 and 17.
@@ -213,6 +226,12 @@ struct Shape {
 struct Dim3 {
   unsigned x, y, z;
 };
+thread_local Dim3 blockDim;
+static inline float __int_as_float(int i) {
+  float f;
+  std::memcpy(&f, &i, 4);
+  return f;
+}
 thread_local Dim3 threadIdx, blockIdx;
 template <class P>
 static inline P __ldg(const P* p) {

@@ -28,7 +28,6 @@ It does not check what the device's compiler makes of the body:
 nvrtc_check.py compiles it for sm_90, and TestHeadsRoPECUDA in
 mlx/fused_cuda_test.go runs it on a GPU.
 """
-import re
 import sys
 from pathlib import Path
 
@@ -59,15 +58,6 @@ MUTATIONS = [
     ("second element of a pair off by one", "b = j < RH ? j + RH : a + 1;", "b = j < RH ? j + RH - 1 : a + 1;"),
     ("the pool given the unrotated pair", "kv_put(n, hh, a, b, va, vb);", "kv_put(n, hh, a, b, src[a], src[b]);"),
 ]
-
-HOST = r"""
-static inline float __int_as_float(int i) {
-  float f;
-  std::memcpy(&f, &i, 4);
-  return f;
-}
-thread_local Dim3 blockDim;
-"""
 
 KERNEL = r"""
 template <class T_, int H_, int KV_, int D_, int DIMS_, bool TRAD_, bool HAS_FREQS_, int LOG2_BASE_BITS_, int SCALE_BITS_>
@@ -235,17 +225,6 @@ int main() {
 CTYPE = {"float16": "_Float16", "bfloat16": "bf16_t", "float32": "float"}
 
 
-def pieces(name):
-    """The pieces of the kernel array name joined, and the line of
-    mlx/shim.cpp its first starts on."""
-    text = mma_emulate.SHIM.read_text()
-    m = re.search(r"constexpr const char\* %s\[\] = \{([^}]*)\};" % name, text)
-    if not m:
-        sys.exit(f"rope_emulate: {name} not in mlx/shim.cpp")
-    parts = [mma_emulate.source(p.strip()) for p in m.group(1).split(",")]
-    return "".join(p[0] for p in parts), parts[0][1]
-
-
 def kernel(fn, body, line, pool):
     head = KERNEL.replace("@NAME@", fn).replace(
         "@POOL@", "const T_* kpool, const T_* vpool, const int32_t* slots, " if pool else "")
@@ -257,15 +236,15 @@ def program(body, line, plain, plain_line):
     for i, (t, h, kv, d, dims, trad, freqs, n) in enumerate(CASES):
         calls.append(f'  check<{CTYPE[t]}, {h}, {kv}, {d}, {dims}, {str(trad).lower()}, {str(freqs).lower()}>'
                      f'("{t}", {n}, {0x52AE0000 + i});')
-    head = mma_emulate.PRELUDE + "#include <type_traits>\n" + HOST
+    head = mma_emulate.PRELUDE + "#include <type_traits>\n"
     text = head + kernel("rope", plain, plain_line, False) + kernel("rope_kv", body, line, True)
     after = text.count("\n") + 2
     return text + f'#line {after} "rope_emulate.cpp"\n' + DRIVER.replace("@CASES@", "\n".join(calls))
 
 
 def main():
-    body, line = pieces(NAME)
-    plain, plain_line = pieces("kHeadsRopeParts")
+    body, line = mma_emulate.pieces(NAME)
+    plain, plain_line = mma_emulate.pieces("kHeadsRopeParts")
     mma_emulate.check_body("rope_emulate", NAME, body, lambda b: program(b, line, plain, plain_line), MUTATIONS,
                            mma_emulate.arguments(__doc__))
 
