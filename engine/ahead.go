@@ -38,7 +38,7 @@ type ahead struct {
 	// else.
 	seqs          []*kvpool.Seq
 	seqLen, kvLen []int
-	// ids are the step's picks, [len(rows)], queued on the device.
+	// ids are the step's picks, [len(rows)] int32, queued on the device.
 	ids mlx.Array
 }
 
@@ -51,9 +51,11 @@ type pass struct {
 	// sampling holds, per row of ids, the batch index of the sampling row
 	// it picks for, -1 for a row the step does not use.
 	sampling []int
-	ids      mlx.Array // argmax per sampling row
+	ids      mlx.Array // argmax per sampling row, int32 (mlx.Frame.Flat)
 	// hostAt are the positions in ids of rows sampled on the host, whose
-	// rows of logits host holds.
+	// rows of logits host holds, float32 and flat. ids and host are in the
+	// form the host reads, so that reading them once queued waits for
+	// nothing queued after them (a step built ahead).
 	hostAt []int32
 	host   mlx.Array
 }
@@ -158,9 +160,9 @@ func (e *Engine) run(batch []work) ([]pick, error) {
 				p.hostAt = append(p.hostAt, int32(len(p.sampling)-1))
 			}
 		}
-		p.ids = p.f.Argmax(logits, 1, false)
+		p.ids = p.f.Flat(p.f.Argmax(logits, 1, false), mlx.Int32)
 		if len(p.hostAt) > 0 {
-			p.host = p.f.Take(logits, p.f.Int32s(p.hostAt, len(p.hostAt)), 0)
+			p.host = p.f.Flat(p.f.Take(logits, p.f.Int32s(p.hostAt, len(p.hostAt)), 0), mlx.Float32)
 		}
 	}
 	committed := false
@@ -248,7 +250,11 @@ func (e *Engine) buildAhead(batch []work, passes []*pass) bool {
 	}
 	ids := make([]mlx.Array, len(passes))
 	for i, p := range passes {
-		p.f.AsyncEval(p.ids)
+		if p.host.Valid() {
+			p.f.AsyncEval(p.ids, p.host)
+		} else {
+			p.f.AsyncEval(p.ids)
+		}
 		ids[i] = p.ids
 	}
 	for _, p := range passes {
@@ -270,7 +276,7 @@ func (e *Engine) buildAhead(batch []work, passes []*pass) bool {
 	b, err := e.pool.BeginNext(f, next, f.Take(all, f.Int32s(src, len(src)), 0))
 	if err == nil {
 		a.b = b
-		a.ids = f.Argmax(e.net.Forward(f, b), 1, false)
+		a.ids = f.Flat(f.Argmax(e.net.Forward(f, b), 1, false), mlx.Int32)
 		f.AsyncEval(a.ids)
 	}
 	if err != nil || f.Err() != nil {

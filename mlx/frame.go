@@ -700,10 +700,45 @@ func (f *Frame) Categorical(logits Array, axis int, key Array) Array {
 	}, logits)
 }
 
+// Flat is a as dtype t in one dimension: a itself when it already is.
+// The To* reads below read an array of this form without evaluating
+// anything new. A step whose results the host will read queues them in
+// this form (AsyncEval): a read that added a primitive would have it
+// evaluated behind whatever was queued since, a step built ahead
+// included, and would wait for all of that.
+func (f *Frame) Flat(a Array, t Dtype) Array {
+	if !a.Valid() {
+		return f.AsType(a, t)
+	}
+	return f.Reshape(f.AsType(a, t), a.Size())
+}
+
+// readable is a as t in one dimension, evaluated and row-contiguous, for
+// the host to copy out: a itself when it is already so (see Flat).
+func (f *Frame) readable(a Array, t Dtype) (Array, bool) {
+	c := f.Flat(a, t)
+	if f.Eval(c) != nil {
+		return Array{}, false
+	}
+	var dense C.bool
+	if err := check("array_row_contiguous", C.mlx_array_row_contiguous(&dense, c.c)); err != nil {
+		f.Fail(err)
+		return Array{}, false
+	}
+	if !dense {
+		// A strided view: copied, behind whatever is queued.
+		c = f.Contiguous(c)
+		if f.Eval(c) != nil {
+			return Array{}, false
+		}
+	}
+	return c, true
+}
+
 // ToFloat32s evaluates a and copies it out as float32.
 func (f *Frame) ToFloat32s(a Array) []float32 {
-	c := f.Reshape(f.AsType(a, Float32), -1)
-	if f.Eval(c) != nil {
+	c, ok := f.readable(a, Float32)
+	if !ok {
 		return nil
 	}
 	p := C.mlx_array_data_float32(c.c)
@@ -735,8 +770,8 @@ func (f *Frame) ToBytes(a Array) []byte {
 
 // ToInt32s evaluates a and copies it out as int32.
 func (f *Frame) ToInt32s(a Array) []int32 {
-	c := f.Reshape(f.AsType(a, Int32), -1)
-	if f.Eval(c) != nil {
+	c, ok := f.readable(a, Int32)
+	if !ok {
 		return nil
 	}
 	p := C.mlx_array_data_int32(c.c)

@@ -125,6 +125,8 @@ int mlx_async_eval(const mlx_vector_array outputs);
 int mlx_graph_primitives(char** res, const mlx_vector_array outputs);
 /* extension: whether a has been queued for evaluation (or evaluated). */
 int mlx_array_queued(bool* res, const mlx_array a);
+/* extension: whether a, evaluated, lies row-contiguous in its buffer. */
+int mlx_array_row_contiguous(bool* res, const mlx_array a);
 /* extension: evaluate outputs one primitive at a time, each eval waited for
    before the next (see EvalStepwise). */
 int mlx_eval_stepwise(const mlx_vector_array outputs);

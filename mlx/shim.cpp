@@ -336,6 +336,16 @@ int mlx_array_queued(bool* res, const mlx_array a) {
   return guard([&] { *res = arr(a).status() != mx::array::Status::unscheduled; });
 }
 
+int mlx_array_row_contiguous(bool* res, const mlx_array a) {
+  return guard([&] {
+    const mx::array& x = arr(a);
+    if (!x.is_available()) {
+      throw std::runtime_error("row_contiguous: the array is not evaluated");
+    }
+    *res = x.flags().row_contiguous;
+  });
+}
+
 int mlx_get_active_memory(size_t* res) { return guard([&] { *res = mx::get_active_memory(); }); }
 int mlx_get_peak_memory(size_t* res) { return guard([&] { *res = mx::get_peak_memory(); }); }
 int mlx_reset_peak_memory(void) { return guard([&] { mx::reset_peak_memory(); }); }

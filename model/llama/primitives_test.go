@@ -218,7 +218,9 @@ func decodeRows(seqs []*kvpool.Seq, ids []int32) []kvpool.Row {
 // (AsyncEval) before the host reads those picks, so that the host's
 // building and dispatch of a step overlap the device's running of the one
 // before. A step whose rows' next position starts a block is built after
-// the read instead, as the engine does.
+// the read instead, as the engine does. The picks are queued as the host
+// reads them (mlx.Frame.Flat), so that their read waits for their step
+// alone.
 func benchAheadStep(b *testing.B, s mlx.Stream, cfg model.Config, net *llama.Model, rows int, weightBytes int64) {
 	p, seqs, pre := benchPrompts(b, s, cfg, rows)
 	defer p.Close()
@@ -234,7 +236,7 @@ func benchAheadStep(b *testing.B, s mlx.Stream, cfg model.Config, net *llama.Mod
 		if err != nil {
 			b.Fatal(err)
 		}
-		r := running{f, bt, f.Argmax(net.Forward(f, bt), 1, false)}
+		r := running{f, bt, f.Flat(f.Argmax(net.Forward(f, bt), 1, false), mlx.Int32)}
 		f.AsyncEval(r.ids)
 		bt.Commit()
 		return r
@@ -266,7 +268,7 @@ func benchAheadStep(b *testing.B, s mlx.Stream, cfg model.Config, net *llama.Mod
 			after++
 			continue
 		}
-		next := running{f, bt, f.Argmax(net.Forward(f, bt), 1, false)}
+		next := running{f, bt, f.Flat(f.Argmax(net.Forward(f, bt), 1, false), mlx.Int32)}
 		f.AsyncEval(next.ids)
 		bt.Resolve(read(cur))
 		bt.Commit()
