@@ -59,18 +59,22 @@
 // device, as its input. The host's reading, delivering, planning and graph
 // building then overlap the device's work. A step built ahead that the next
 // plan does not cover is dropped, and changes nothing. StepTimes reports the
-// host's build time and its wait for the device. It is off by default: on the
-// CPU and on an H200 a step's time is the device's, so overlapping the host's
-// share (about a tenth on the H200) measured no faster.
+// host's build time and its wait for the device. The picks are queued in the
+// form the host reads them (mlx.Frame.Flat): a read that added a primitive
+// would evaluate it behind the step built ahead, and wait for that step too,
+// which is what once made steps built ahead no faster. The server builds
+// ahead on a GPU (on an H100 a one-row 7B step took 2.8 to 3.0 ms ahead
+// against 3.4 to 3.6 ms after the read, the device idle 0.17 ms a step) and
+// not on the CPU, whose stream runs each primitive as a task the host waits
+// for.
 //
 // Within a step, the families queue their layers for the device as they are
 // built (mlx.Frame.DispatchLayer: on CUDA every 2 layers,
 // PROVIDER_GPU_DISPATCH_LAYERS), so the device runs the first layers while
 // the host builds and encodes the rest; the graph and its floats are the
 // same. On an H100 a one-row 7B step is paced by the host, and queued it
-// took 0.80x the time of the step evaluated at its end; steps built ahead
-// were slower still there (4.94 against 4.23 ms), since they add host work
-// to a step the host already paces. For the same reason a Llama layer's
+// took 0.80x the time of the step evaluated at its end. For the same reason
+// a Llama layer's
 // products fuse with what follows them where the matrix-vector kernel
 // takes them (model.Weight.LinearAdd, LinearSwiGLU, LinearHeadsRoPE), and
 // attention reads keys as one strided view of the pool: 465 primitives a

@@ -43,12 +43,12 @@ type Options struct {
 	// Clock is injected for tests; nil is the wall clock.
 	Clock clock.Clock
 	// Ahead builds decode steps ahead of the read of the step before (see
-	// ahead.go). Off by default: on the CPU and on an H200 it measured no
-	// faster, because there the device's time, not the host's, bounds a
-	// step. (It was measured before the MLX-ops attention read keys as
-	// slices of the pool: a step's frame now holds views of the pool's
-	// buffers until it is freed, so a step built ahead of that may find its
-	// KV store unable to update the pool in place, and copy it.)
+	// ahead.go and doc.go). The server turns it on for a GPU. A step's frame
+	// holds views of the pool's buffers until it is freed, so a step that
+	// scatters into the pool (a prefill chunk) while a step built ahead is
+	// queued may find MLX unable to update the pool in place, and copy it;
+	// decode steps on CUDA write their keys through the q/k/v kernel
+	// (kvpool.Batch.KernelStore) and scatter nothing.
 	Ahead bool
 	// Log, when set, gets a warning for every step that takes a second or
 	// more and over 50 ms a token, with its shape and where its time went

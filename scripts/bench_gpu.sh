@@ -35,7 +35,7 @@
 #
 # Settings: OUT (results folder, required), TOKENIZER_LLAMA and
 # TOKENIZER_GPTOSS (tokenizer.json paths), SERVERS (llama mode: ours,
-# ours-ahead (decode steps built ahead), mlx-lm, any of them), CONCURRENCY, REQUESTS, WARM_REQUESTS,
+# ours-ahead (decode steps built ahead), ours-stepped (not), mlx-lm, any of them), CONCURRENCY, REQUESTS, WARM_REQUESTS,
 # MAX_CONCURRENT, GPTOSS_CONCURRENCY, PROMPT_TOKENS, MAX_TOKENS,
 # HBM_BYTES_PER_S (default 4.8e12, the H200's).
 set -euo pipefail
@@ -126,12 +126,18 @@ llama)
 	# One server at a time: two MLX processes sharing the GPU starve each
 	# other of memory (each keeps its freed buffers), and a bench against
 	# one server should not share the GPU with another's work.
-	# ours runs with its defaults; ours-ahead runs the same binary with
-	# decode steps built ahead (PROVIDER_STEP_AHEAD=1). Each run's /metrics after the
+	# ours runs with its defaults; ours-ahead and ours-stepped run the same
+	# binary with decode steps built ahead (PROVIDER_STEP_AHEAD=1, the
+	# default on a GPU) and not (0). Each run's /metrics after the
 	# sweep says where its step time went (host build, wait for the device).
 	for target in ${SERVERS//,/ }; do
 		[[ $target == ours* ]] || continue
-		env PROVIDER_STEP_AHEAD="$([ "$target" = ours-ahead ] && echo 1 || echo 0)" \
+		case $target in
+		ours-ahead) ahead=1 ;;
+		ours-stepped) ahead=0 ;;
+		*) ahead=${PROVIDER_STEP_AHEAD:-} ;;
+		esac
+		env PROVIDER_STEP_AHEAD="$ahead" \
 			"$PROVIDER" serve --no-auth --model "$CKPT" --addr 127.0.0.1:18500 --max-concurrent "$MAX_CONCURRENT" >"$OUT/logs/$target.log" 2>&1 &
 		PID[$target]=$!
 		wait_ready "$target" http://127.0.0.1:18500 300
@@ -152,8 +158,8 @@ llama)
 		sweep mlx-lm http://127.0.0.1:18501 "$(basename "$CKPT")" "$CONCURRENCY" "$OUT/sweep-mlx-lm"
 		greedy mlx-lm http://127.0.0.1:18501 "$(basename "$CKPT")"
 	fi
-	if [ -f "$OUT/sweep-ours/results.json" ] && [ -f "$OUT/sweep-ours-ahead/results.json" ]; then
-		$PY - "$OUT/sweep-ours-ahead/results.json" "$OUT/sweep-ours/results.json" <<'EOF' | tee "$OUT/summary-ahead.txt"
+	if [ -f "$OUT/sweep-ours-stepped/results.json" ] && [ -f "$OUT/sweep-ours-ahead/results.json" ]; then
+		$PY - "$OUT/sweep-ours-ahead/results.json" "$OUT/sweep-ours-stepped/results.json" <<'EOF' | tee "$OUT/summary-ahead.txt"
 import json, sys
 ahead, stepped = (json.load(open(p))["targets"][0] for p in sys.argv[1:3])
 print("| concurrency | ahead out tok/s | stepped out tok/s | ratio | ahead TPOT p50 ms | stepped TPOT p50 ms |")

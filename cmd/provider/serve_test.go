@@ -95,6 +95,25 @@ func TestConcurrencyCap(t *testing.T) {
 	}
 }
 
+// Steps are built ahead by default on a GPU only; the setting overrides
+// either way, and a malformed one is refused.
+func TestStepAhead(t *testing.T) {
+	for _, tt := range []struct {
+		v    string
+		cpu  bool
+		want bool
+	}{{"", false, true}, {"", true, false}, {"0", false, false}, {"1", true, true}, {"0", true, false}, {"1", false, true}} {
+		if got, err := stepAhead(tt.v, tt.cpu); err != nil || got != tt.want {
+			t.Errorf("stepAhead(%q, cpu %v) = %v, %v, want %v", tt.v, tt.cpu, got, err, tt.want)
+		}
+	}
+	for _, v := range []string{"yes", "2", " 1"} {
+		if _, err := stepAhead(v, false); err == nil {
+			t.Errorf("stepAhead(%q) accepted", v)
+		}
+	}
+}
+
 func TestStepBudget(t *testing.T) {
 	for _, tt := range []struct {
 		flag int

@@ -116,6 +116,24 @@ func stepBudget(flag int, cpu bool) int {
 	return engine.DefaultTokenBudget
 }
 
+// stepAhead is whether the engine builds greedy decode steps ahead
+// (engine.Options.Ahead) given PROVIDER_STEP_AHEAD's value v: 1 on, 0 off,
+// unset on a GPU and off on the CPU. On an H100, steps built ahead took a
+// one-row 7B step from 3.4-3.6 to 2.8-3.0 ms, the host's building hidden
+// behind the device's running, and served as many tokens a second or more
+// at every concurrency from 1 to 64; on the CPU, whose stream runs each
+// primitive as a task the host waits for, they saved nothing
+// (bench/results/step-ahead-nvidia-h100-2026-12-06).
+func stepAhead(v string, cpu bool) (bool, error) {
+	switch v {
+	case "":
+		return !cpu, nil
+	case "0", "1":
+		return v == "1", nil
+	}
+	return false, fmt.Errorf("PROVIDER_STEP_AHEAD=%q: want 0 or 1", v)
+}
+
 // serveLoader loads catalog models for the slot manager: weights on their
 // own MLX thread, the prefix cache and its SSD tier, the engine, and the
 // registration with the HTTP server.
@@ -296,7 +314,12 @@ func (sl *serveLoader) Load(_ context.Context, name string, grant int64) (slots.
 	}
 	l.name = name
 	l.net = withFaults(l.net)
-	opt := engine.Options{Sched: engine.Config{MaxConcurrent: sl.conc, TokenBudget: stepBudget(sl.stepTokens, l.s.IsCPU())}, KVCapacity: grant, Clock: sl.clock, BeforeStep: sl.beforeStep, Ahead: os.Getenv("PROVIDER_STEP_AHEAD") == "1", Log: sl.log.With("model", name)}
+	ahead, err := stepAhead(os.Getenv("PROVIDER_STEP_AHEAD"), l.s.IsCPU())
+	if err != nil {
+		l.close()
+		return nil, err
+	}
+	opt := engine.Options{Sched: engine.Config{MaxConcurrent: sl.conc, TokenBudget: stepBudget(sl.stepTokens, l.s.IsCPU())}, KVCapacity: grant, Clock: sl.clock, BeforeStep: sl.beforeStep, Ahead: ahead, Log: sl.log.With("model", name)}
 	if opt.Prefix, err = sl.prefix(l, e, grant); err != nil {
 		l.close()
 		return nil, err

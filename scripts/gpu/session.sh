@@ -253,7 +253,7 @@ pace)
 	# the defaults), with its step metrics: build, wait, steps built ahead.
 	checkpoint
 	decode_step step rows1 50
-	for setting in ${SETTINGS:-- PROVIDER_STEP_AHEAD=1 PROVIDER_GPU_QMV=0,PROVIDER_GPU_FUSE=0}; do
+	for setting in ${SETTINGS:-- PROVIDER_STEP_AHEAD=0 PROVIDER_GPU_QMV=0,PROVIDER_GPU_FUSE=0}; do
 		next_setting "$setting"
 		serve_ours 18506 "$D/server-$i.log" "${vars[@]}"
 		step_metrics 18506 >"$D/metrics-$i-before.txt"
