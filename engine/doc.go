@@ -72,13 +72,12 @@
 // built (mlx.Frame.DispatchLayer: on CUDA every 2 layers,
 // PROVIDER_GPU_DISPATCH_LAYERS), so the device runs the first layers while
 // the host builds and encodes the rest; the graph and its floats are the
-// same. On an H100 a one-row 7B step is paced by the host, and queued it
+// same. On an H100 a one-row 7B step was paced by the host, and queued it
 // took 0.80x the time of the step evaluated at its end. For the same reason
-// a Llama layer's
-// products fuse with what follows them where the matrix-vector kernel
-// takes them (model.Weight.LinearAdd, LinearSwiGLU, LinearHeadsRoPE), and
-// attention reads keys as one strided view of the pool: 465 primitives a
-// one-row step instead of 721.
+// a Llama layer's products fuse with what follows them where the
+// matrix-vector kernel takes them (model.Weight.LinearAdd, LinearSwiGLU,
+// LinearHeadsRoPE), and attention reads keys as one strided view of the
+// pool: 465 primitives a one-row step instead of 721.
 //
 // # The prefix cache
 //
