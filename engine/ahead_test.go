@@ -100,3 +100,27 @@ func TestStepsBuiltAheadChangeNothing(t *testing.T) {
 	}
 	t.Logf("built ahead: %+v; stepped: %+v", on, off)
 }
+
+// TestNoStepAheadOfAFirstToken: a lone greedy row of n tokens runs its
+// first step (the prompt, sampling its first token) and its second after
+// the read of the one before; steps 3 .. n run from steps built ahead. A
+// step built ahead of the first token would delay it (see ahead.go).
+func TestNoStepAheadOfAFirstToken(t *testing.T) {
+	e, m := realEngine(t, engine.Options{Sched: engine.Config{MaxConcurrent: 4}, Ahead: true})
+	const n = 12
+	for i, p := range prompts(m)[1:3] {
+		before := e.StepTimes()
+		ch, err := e.Submit(context.Background(), engine.Generation{ID: engine.RequestID(fmt.Sprint("r", i)), Prompt: p, MaxTokens: n, TopLogprobs: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o := collect(ch); len(o.tokens) != n || o.last.Kind != engine.EventFinished {
+			t.Fatalf("request %d: %d tokens, ended with %+v", i, len(o.tokens), o.last)
+		}
+		after := e.StepTimes()
+		steps, ahead := after.Steps-before.Steps, after.AheadSteps-before.AheadSteps
+		if steps != n || ahead != n-2 {
+			t.Errorf("request %d: %d steps, %d from steps built ahead; want %d and %d", i, steps, ahead, n, n-2)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -14,7 +15,8 @@ import (
 // BenchmarkSmolLM2Throughput reports output tokens per second of the whole
 // engine at several concurrencies: every stream greedy-decodes 64 tokens
 // from its own short prompt; with decode steps built ahead and without (the
-// default), each with the host's build and wait time per step.
+// default), each with the host's build and wait time per step and the
+// median time from a request's submission to its first token.
 func BenchmarkSmolLM2Throughput(b *testing.B) {
 	for _, mode := range []string{"ahead", "stepped"} {
 		b.Run(mode, func(b *testing.B) { benchThroughput(b, mode == "ahead") })
@@ -28,6 +30,7 @@ func benchThroughput(b *testing.B, ahead bool) {
 		b.Run(fmt.Sprint("concurrency", conc), func(b *testing.B) {
 			t0 := e.StepTimes()
 			var tokens int
+			var ttft []time.Duration
 			start := time.Now()
 			for it := range b.N {
 				var wg sync.WaitGroup
@@ -39,17 +42,28 @@ func benchThroughput(b *testing.B, ahead bool) {
 						b.Fatal(err)
 					}
 					wg.Add(1)
+					sent := time.Now()
 					go func() {
 						defer wg.Done()
-						o := collect(ch)
+						var first time.Duration
+						n := 0
+						for ev := range ch {
+							if n == 0 && len(ev.Tokens) > 0 {
+								first = time.Since(sent)
+							}
+							n += len(ev.Tokens)
+						}
 						mu.Lock()
-						tokens += len(o.tokens)
+						tokens += n
+						ttft = append(ttft, first)
 						mu.Unlock()
 					}()
 				}
 				wg.Wait()
 			}
 			b.ReportMetric(float64(tokens)/time.Since(start).Seconds(), "out-tok/s")
+			slices.Sort(ttft)
+			b.ReportMetric(float64(ttft[len(ttft)/2].Microseconds())/1e3, "ttft-p50-ms")
 			t1 := e.StepTimes()
 			if n := float64(t1.Steps - t0.Steps); n > 0 {
 				b.ReportMetric((t1.Build-t0.Build).Seconds()*1e3/n, "build-ms/step")
