@@ -714,31 +714,32 @@ func (f *Frame) Flat(a Array, t Dtype) Array {
 }
 
 // readable is a as t in one dimension, evaluated and row-contiguous, for
-// the host to copy out: a itself when it is already so (see Flat).
-func (f *Frame) readable(a Array, t Dtype) (Array, bool) {
+// the host to copy out: a itself when it is already so (see Flat); not
+// Valid once the frame has failed.
+func (f *Frame) readable(a Array, t Dtype) Array {
 	c := f.Flat(a, t)
 	if f.Eval(c) != nil {
-		return Array{}, false
+		return Array{}
 	}
 	var dense C.bool
 	if err := check("array_row_contiguous", C.mlx_array_row_contiguous(&dense, c.c)); err != nil {
 		f.Fail(err)
-		return Array{}, false
+		return Array{}
 	}
 	if !dense {
 		// A strided view: copied, behind whatever is queued.
 		c = f.Contiguous(c)
 		if f.Eval(c) != nil {
-			return Array{}, false
+			return Array{}
 		}
 	}
-	return c, true
+	return c
 }
 
 // ToFloat32s evaluates a and copies it out as float32.
 func (f *Frame) ToFloat32s(a Array) []float32 {
-	c, ok := f.readable(a, Float32)
-	if !ok {
+	c := f.readable(a, Float32)
+	if !c.Valid() {
 		return nil
 	}
 	p := C.mlx_array_data_float32(c.c)
@@ -770,8 +771,8 @@ func (f *Frame) ToBytes(a Array) []byte {
 
 // ToInt32s evaluates a and copies it out as int32.
 func (f *Frame) ToInt32s(a Array) []int32 {
-	c, ok := f.readable(a, Int32)
-	if !ok {
+	c := f.readable(a, Int32)
+	if !c.Valid() {
 		return nil
 	}
 	p := C.mlx_array_data_int32(c.c)
