@@ -101,7 +101,6 @@ static inline float __shfl_xor_sync(unsigned, float v, int o) {
   return r;
 }
 
-
 // Runs a grid of blocks of warps warps, one block at a time.
 template <class F>
 static void launch_warps(int blocks, int warps, F kernel) {

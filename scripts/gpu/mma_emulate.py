@@ -60,19 +60,19 @@ def source(name):
     text = SHIM.read_text()
     m = re.search(r"constexpr const char\* %s = R\"\((.*?)\)\";" % name, text, re.S)
     if not m:
-        sys.exit(f"mma_emulate: {name} not in mlx/shim.cpp")
+        sys.exit(f"{name} not in mlx/shim.cpp")
     return m.group(1), text.count("\n", 0, m.start(1)) + 1
 
 
 def pieces(name):
-    """The body of a kernel assembled from pieces (an array of raw string
-    constants) joined in order, and the line of mlx/shim.cpp its first piece
-    starts on (the pieces lie apart in the file, so later line numbers in a
-    compiler's message are approximate)."""
+    """The body of a kernel: a raw string constant (see source), or one
+    assembled from pieces (an array of them) joined in order; and the line
+    of mlx/shim.cpp its first piece starts on (the pieces lie apart in the
+    file, so later line numbers in a compiler's message are approximate)."""
     text = SHIM.read_text()
     m = re.search(r"constexpr const char\* %s\[\] = \{([^}]*)\};" % name, text)
     if not m:
-        sys.exit(f"emulator: {name} not in mlx/shim.cpp")
+        return source(name)
     parts = [source(p.strip()) for p in m.group(1).split(",")]
     return "".join(p[0] for p in parts), parts[0][1]
 

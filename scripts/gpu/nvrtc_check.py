@@ -14,11 +14,12 @@ TestAttendPagedCUDA does, on a device.
     python3 scripts/gpu/nvrtc_check.py W/x/nvidia/cu13
 """
 import ctypes
-import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import mma_emulate  # noqa: E402
+
 CUDA = Path(sys.argv[1] if len(sys.argv) > 1 else "/usr/local/cuda")
 
 HEADER = """
@@ -36,17 +37,6 @@ namespace cg = cooperative_groups;
 CTYPE = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16", "int32": "int32_t", "uint32": "uint32_t"}
 
 
-def source(name):
-    """The text of a kernel body: a raw string constant, or an array of
-    them (a kernel assembled from pieces) joined in order."""
-    text = (ROOT / "mlx/shim.cpp").read_text()
-    m = re.search(r"constexpr const char\* %s\[\] = \{([^}]*)\};" % name, text)
-    if m:
-        return "".join(source(part.strip()) for part in m.group(1).split(","))
-    m = re.search(r"constexpr const char\* %s = R\"\((.*?)\)\";" % name, text, re.S)
-    if not m:
-        sys.exit(f"nvrtc_check: {name} not in mlx/shim.cpp")
-    return m.group(1)
 
 
 def wrap(body, inputs, outputs, consts):
@@ -164,7 +154,7 @@ def main():
         cases.append((f"swiglu_halves {t}", "kSwigluHalves", [("x", t)], [("y", t)], [("T", t), ("F", 11008)]))
     failed = 0
     for name, body, inputs, outputs, consts in cases:
-        rc, log, _ = compile_ptx(nvrtc, name, wrap(source(body), inputs, outputs, consts))
+        rc, log, _ = compile_ptx(nvrtc, name, wrap(mma_emulate.pieces(body)[0], inputs, outputs, consts))
         if rc != 0 or "warning" in log:
             print(("FAIL " if rc != 0 else "warn ") + name)
             print(log)

@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import mma_emulate  # noqa: E402
 import nvrtc_check  # noqa: E402
 
 # The call of the loop in kGemvSums, and the same with the vector loop only.
@@ -78,7 +79,7 @@ def main():
     print(f"4-bit weights in groups of 64, float16 x; {'vector loop only' if a.vector_only else 'as compiled'}")
     print("instructions, registers, then the most frequent opcodes")
     for name, body, inputs, outputs, consts in cases:
-        text = nvrtc_check.source(body)
+        text = mma_emulate.pieces(body)[0]
         if a.vector_only:
             if BOTH not in text:
                 sys.exit("sass_count: kGemvSums no longer calls its loop as this script expects")
