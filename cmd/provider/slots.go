@@ -118,12 +118,8 @@ func stepBudget(flag int, cpu bool) int {
 
 // stepAhead is whether the engine builds greedy decode steps ahead
 // (engine.Options.Ahead) given PROVIDER_STEP_AHEAD's value v: 1 on, 0 off,
-// unset on a GPU and off on the CPU. On an H100, steps built ahead took a
-// one-row 7B step from 3.4-3.6 to 2.8-3.0 ms, the host's building hidden
-// behind the device's running, and served as many tokens a second or more
-// at every concurrency from 1 to 64; on the CPU, whose stream runs each
-// primitive as a task the host waits for, they saved nothing
-// (bench/results/step-ahead-nvidia-h100-2026-12-06).
+// unset on a GPU and off on the CPU, where they save nothing (engine/doc.go
+// says why and what they measured).
 func stepAhead(v string, cpu bool) (bool, error) {
 	switch v {
 	case "":
