@@ -13,6 +13,7 @@
 #   bash scripts/gpu/session.sh steps    # decode step: MLX's matmul, the kernel, fused projections; mlx-lm's step
 #   bash scripts/gpu/session.sh pace     # one machine: the bare step, then served c=1 TPOT per server setting
 #   bash scripts/gpu/session.sh trace    # device timelines (ktrace): our step, mlx-lm's, our server's at c=1
+#   TRACE_STEPS=0 TRACE_CONCURRENCY=16 SETTINGS="PROVIDER_STEP_AHEAD=1 PROVIDER_STEP_AHEAD=0" bash scripts/gpu/session.sh trace
 #   SETTINGS="- MLX_MAX_OPS_PER_BUFFER=200" bash scripts/gpu/session.sh mlxenv  # the step per MLX setting
 #   RUNS="a|rows1|50|VAR=1,VAR2=2|trace b|rows8|50||" [ROUNDS=3] bash scripts/gpu/session.sh runs  # named decode steps
 #     (CPUS=gpu or CPUS=LIST among a run's variables pins it to those cores)
@@ -45,13 +46,13 @@ checkpoint() {
 		python3 scripts/make_random_llama.py --preset llama2-7b --out "$CKPT" --tokenizer /tmp/tok/llama2.json >"$D/checkpoint.txt" 2>&1
 }
 # serve_ours PORT LOG [VAR=VALUE ...]: our server on the checkpoint, RAM
-# prefix cache only, in the background (pid in SERVER) until it answers
-# /health.
+# prefix cache only, MAX_CONCURRENT running rows (8), in the background
+# (pid in SERVER) until it answers /health.
 serve_ours() {
 	local port=$1 log=$2
 	shift 2
 	env PROVIDER_PREFIX_CACHE_SSD=0 "$@" /tmp/provider serve --no-auth --model "$CKPT" --addr "127.0.0.1:$port" \
-		--max-concurrent 8 >"$log" 2>&1 &
+		--max-concurrent "${MAX_CONCURRENT:-8}" >"$log" 2>&1 &
 	SERVER=$!
 	for _ in $(seq 300); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && return; sleep 1; done
 }
@@ -270,34 +271,46 @@ pace)
 	;;
 trace)
 	# Where a step's time goes: a device timeline (traced) of our decode
-	# step of 1 and of 8 rows, each in its own process, of mlx-lm's step,
-	# and of our server at c=1 per setting in SETTINGS (as in pace), each
-	# cut into steps (steps_of). The untraced step first, for the tracing's
-	# cost.
+	# step of 1 and of 8 rows, each in its own process, of mlx-lm's step
+	# (all three skipped with TRACE_STEPS=0), and of our server per setting
+	# in SETTINGS (as in pace) at concurrency TRACE_CONCURRENCY (1; above
+	# 1, 64 requests and as many running rows), each cut into steps
+	# (steps_of); a server's kernels also by name over the whole run. The
+	# untraced step first, for the tracing's cost.
 	checkpoint
 	ldd /tmp/libktrace.so | grep cupti
-	decode_step step-rows1-untraced rows1 50
-	for sub in rows1:200 rows8:100; do
-		IFS=: read -r rows n <<<"$sub"
-		traced "$D/trace-step-$rows.txt"
-		decode_step "step-$rows" "$rows" "$n" "${kt[@]}"
-		steps_of "step-$rows" 5
-	done
-	for rows in 1 8; do
-		traced "$D/trace-mlxlm-rows$rows.txt"
-		env "${kt[@]}" timeout 150 python3 scripts/mlxlm_decode_step.py "$CKPT" --steps 50 --rows "$rows" \
-			>"$D/step-mlxlm-rows$rows.txt" 2>&1
-		grep -E '^mlx-lm' "$D/step-mlxlm-rows$rows.txt"
-		steps_of "mlxlm-rows$rows" 5
-	done
+	if [ "${TRACE_STEPS:-1}" != 0 ]; then
+		decode_step step-rows1-untraced rows1 50
+		for sub in rows1:200 rows8:100; do
+			IFS=: read -r rows n <<<"$sub"
+			traced "$D/trace-step-$rows.txt"
+			decode_step "step-$rows" "$rows" "$n" "${kt[@]}"
+			steps_of "step-$rows" 5
+		done
+		for rows in 1 8; do
+			traced "$D/trace-mlxlm-rows$rows.txt"
+			env "${kt[@]}" timeout 150 python3 scripts/mlxlm_decode_step.py "$CKPT" --steps 50 --rows "$rows" \
+				>"$D/step-mlxlm-rows$rows.txt" 2>&1
+			grep -E '^mlx-lm' "$D/step-mlxlm-rows$rows.txt"
+			steps_of "mlxlm-rows$rows" 5
+		done
+	fi
+	c=${TRACE_CONCURRENCY:-1}
 	for setting in ${SETTINGS:--}; do
 		next_setting "$setting"
 		traced "$D/trace-server-$i.txt"
-		serve_ours 18507 "$D/server-$i.log" "${kt[@]}" "${vars[@]}"
-		bench_c1 18507 "bench-$i"
+		if [ "$c" = 1 ]; then
+			serve_ours 18507 "$D/server-$i.log" "${kt[@]}" "${vars[@]}"
+			bench_c1 18507 "bench-$i"
+		else
+			MAX_CONCURRENT=$c serve_ours 18507 "$D/server-$i.log" "${kt[@]}" "${vars[@]}"
+			bench_ours 18507 "bench-$i" --concurrency "$c" --requests 64 --prompts random --prompt-tokens 128 \
+				--max-tokens 64 --seed 3
+		fi
 		sleep 1
 		echo "server setting $i ($setting):"
 		grep -A1 'target  level' "$D/bench-$i.txt" | tail -1
+		python3 scripts/gpu/ksteps.py "$D/trace-server-$i.txt" --by-kernel --top 25 | tee "$D/kernels-server-$i.txt"
 		steps_of "server-$i" 20
 		stop_ours
 	done
