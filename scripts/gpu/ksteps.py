@@ -16,7 +16,10 @@ per-step sums), largest first.
     python3 scripts/gpu/ksteps.py TRACE [--boundary REGEX] [--skip 3] [--top 20]
 
 With --by-kernel it cuts nothing: each kernel's count and median duration
-over the whole trace (for a benchmark of one kernel, run alone).
+over the whole trace (for a benchmark of one kernel, run alone). With
+--timeline REGEX it cuts nothing either: the kernels whose name REGEX
+matches, and the device's busy time, by second since the trace's first
+kernel (when a kernel's time was spent: loading, warm-up or serving).
 """
 
 import argparse
@@ -64,6 +67,22 @@ def union(intervals):
     return total
 
 
+def timeline(kernels, short_of, pick):
+    """Per second since the first kernel: the kernels pick matches (count and
+    total time) and every kernel's total time."""
+    t0 = kernels[0][0]
+    n, picked, busy = defaultdict(int), defaultdict(int), defaultdict(int)
+    for s, e, name in kernels:
+        sec = (s - t0) // 10**9
+        busy[sec] += e - s
+        if pick.search(short_of[name]):
+            n[sec] += 1
+            picked[sec] += e - s
+    print(f"second  matching  their ms  all kernels' ms  (matching: {pick.pattern})")
+    for sec in sorted(busy):
+        print(f"{sec:6d}  {n[sec]:8d}  {picked[sec] / 1e6:8.1f}  {busy[sec] / 1e6:15.1f}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("trace")
@@ -71,6 +90,7 @@ def main():
     ap.add_argument("--skip", type=int, default=3, help="steps dropped at the start")
     ap.add_argument("--top", type=int, default=20)
     ap.add_argument("--by-kernel", action="store_true", help="each kernel's count and median duration")
+    ap.add_argument("--timeline", metavar="REGEX", help="matching kernels and busy time by second")
     args = ap.parse_args()
     kernels, driver = [], []
     with open(args.trace) as f:
@@ -91,6 +111,9 @@ def main():
         print(f"{args.trace}: {len(kernels)} kernels; count, median and total by kernel:")
         for n, v in sorted(durations.items(), key=lambda kv: -sum(kv[1]))[: args.top]:
             print(f"  {len(v):7d}  {statistics.median(v) / 1e3:9.2f} us  {sum(v) / 1e6:9.3f} ms  {n}")
+        return
+    if args.timeline:
+        timeline(kernels, short_of, re.compile(args.timeline, re.I))
         return
     boundary = re.compile(args.boundary, re.I)
     ends = [e for _, e, n in kernels if boundary.search(short_of[n]) or boundary.search(n)]
