@@ -43,12 +43,10 @@ type Options struct {
 	// Clock is injected for tests; nil is the wall clock.
 	Clock clock.Clock
 	// Ahead builds decode steps ahead of the read of the step before (see
-	// ahead.go and doc.go). The server turns it on for a GPU. A step's frame
-	// holds views of the pool's buffers until it is freed, so a step that
-	// scatters into the pool (a prefill chunk) while a step built ahead is
-	// queued may find MLX unable to update the pool in place, and copy it;
-	// decode steps on CUDA write their keys through the q/k/v kernel
-	// (kvpool.Batch.KernelStore) and scatter nothing.
+	// ahead.go and doc.go). The server turns it on for a GPU. A prefill
+	// chunk that scatters its keys into the pool while a step built ahead is
+	// queued still updates the pool in place: a traced server at c=16 shows
+	// no copy of it (bench/results/step-ahead-nvidia-h100-2026-12-06).
 	Ahead bool
 	// Log, when set, gets a warning for every step that takes a second or
 	// more and over 50 ms a token, with its shape and where its time went
