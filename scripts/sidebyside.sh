@@ -13,6 +13,9 @@
 #   ours-float ours with float activations into the float CPU kernel
 #              (PROVIDER_CPU_INT8=0; by default, on a processor with
 #              AVX-512 VNNI, activations are 8-bit into the integer kernel)
+#   ours-int8  ours with 8-bit activations on any processor
+#              (PROVIDER_CPU_INT8=1; the integer kernel runs only with
+#              AVX-512 VNNI, the float kernel takes them elsewhere)
 #   mlx-lm     mlx_lm.server on the same MLX CPU backend, its defaults
 #              (it batches up to 32 decodes)
 #   llama.cpp  llama.cpp's own C++ llama-server (scripts/setup_peers.sh
@@ -192,6 +195,11 @@ for t in "${wanted[@]}"; do
 		start_server ours-float /v1/models env PROVIDER_PREFIX_CACHE_SSD=0 PROVIDER_CPU_INT8=0 "$PROVIDER" serve --no-auth \
 			--model "$MODEL" --addr "127.0.0.1:$port" --max-concurrent "$MAX_CONCURRENT" $OURS_ARGS
 		;;
+	ours-int8)
+		# shellcheck disable=SC2086
+		start_server ours-int8 /v1/models env PROVIDER_PREFIX_CACHE_SSD=0 PROVIDER_CPU_INT8=1 "$PROVIDER" serve --no-auth \
+			--model "$MODEL" --addr "127.0.0.1:$port" --max-concurrent "$MAX_CONCURRENT" $OURS_ARGS
+		;;
 	mlx-lm)
 		# shellcheck disable=SC2086
 		start_server mlx-lm /v1/models env -C "$WORK" PYTHONPATH="$ROOT/.deps/py-mlxlm" \
@@ -202,7 +210,7 @@ for t in "${wanted[@]}"; do
 		start_server llama.cpp /health "$LLAMA_SERVER" -m "$MODEL" --host 127.0.0.1 --port "$port" \
 			-t "$THREADS" -np "$MAX_CONCURRENT" -c $((MAX_CONCURRENT * LLAMACPP_SLOT_CTX)) --cont-batching $LLAMACPP_ARGS
 		;;
-	*) die "unknown target $t (ours, ours-cold, ours-float, mlx-lm, llama.cpp)" ;;
+	*) die "unknown target $t (ours, ours-cold, ours-float, ours-int8, mlx-lm, llama.cpp)" ;;
 	esac
 done
 
@@ -276,6 +284,7 @@ note() { # what a server's flags mean for the comparison
 	ours) echo " (at most $MAX_CONCURRENT running requests; prefix cache on, RAM tier)" ;;
 	ours-cold) echo " (the same, prefix cache off)" ;;
 	ours-float) echo " (ours with PROVIDER_CPU_INT8=0: float activations, float kernel)" ;;
+	ours-int8) echo " (ours with PROVIDER_CPU_INT8=1: 8-bit activations)" ;;
 	mlx-lm) echo " (its defaults: up to 32 decodes batched)" ;;
 	llama.cpp) echo " ($MAX_CONCURRENT parallel slots, as many as our --max-concurrent, of $LLAMACPP_SLOT_CTX tokens each, continuous batching)" ;;
 	esac
