@@ -190,14 +190,11 @@ for t in "${wanted[@]}"; do
 		start_server ours-cold /v1/models env PROVIDER_PREFIX_CACHE=0 "$PROVIDER" serve --no-auth --model "$MODEL" \
 			--addr "127.0.0.1:$port" --max-concurrent "$MAX_CONCURRENT" $OURS_ARGS
 		;;
-	ours-float)
+	ours-float | ours-int8)
+		int8=0
+		[ "$t" = ours-float ] || int8=1
 		# shellcheck disable=SC2086
-		start_server ours-float /v1/models env PROVIDER_PREFIX_CACHE_SSD=0 PROVIDER_CPU_INT8=0 "$PROVIDER" serve --no-auth \
-			--model "$MODEL" --addr "127.0.0.1:$port" --max-concurrent "$MAX_CONCURRENT" $OURS_ARGS
-		;;
-	ours-int8)
-		# shellcheck disable=SC2086
-		start_server ours-int8 /v1/models env PROVIDER_PREFIX_CACHE_SSD=0 PROVIDER_CPU_INT8=1 "$PROVIDER" serve --no-auth \
+		start_server "$t" /v1/models env PROVIDER_PREFIX_CACHE_SSD=0 PROVIDER_CPU_INT8=$int8 "$PROVIDER" serve --no-auth \
 			--model "$MODEL" --addr "127.0.0.1:$port" --max-concurrent "$MAX_CONCURRENT" $OURS_ARGS
 		;;
 	mlx-lm)
