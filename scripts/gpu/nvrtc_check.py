@@ -37,8 +37,6 @@ namespace cg = cooperative_groups;
 CTYPE = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16", "int32": "int32_t", "uint32": "uint32_t"}
 
 
-
-
 def wrap(body, inputs, outputs, consts):
     params = []
     for name, dtype in inputs:
