@@ -636,6 +636,20 @@ bool have_vnni() {
   return ok;
 }
 
+// q8_ok reports whether the integer kernel takes a linear of k inputs,
+// groups of group_size and bits-bit weights: k whole chunks of 64, groups a
+// power of two from 32 to 512, 4 or 8 bits, and AVX2 (q8a_rows) or AVX-512
+// VNNI (q8_rows).
+bool q8_ok(int k, int group_size, int bits) {
+  if (k % 64 != 0 || group_size % 32 != 0) {
+    return false;
+  }
+  if (group_size > 512 || (group_size & (group_size - 1)) != 0) {
+    return false;
+  }
+  return (bits == 4 || bits == 8) && (have_vnni() || have_avx2());
+}
+
 // Q8 is a call's quantized activations: values [m, k] in the weights'
 // chunk order; per chunk the 16-lane pattern of its two blocks' scales
 // ([m, k/64, 16]); and per block d * sum(q), each row's padded with zeros
@@ -644,6 +658,9 @@ struct Q8 {
   std::vector<int8_t> xq;
   std::vector<float> dv, dsx;
   int bp = 0;  // padded blocks per row
+  // Without VNNI (q8a_rows): per row and group, the sum of its blocks'
+  // d * sum(q) ([m, k/group]).
+  std::vector<float> gsx;
 };
 
 // q8_prepare quantizes activation rows [r0, r1) of j.x into q.
@@ -863,6 +880,234 @@ PROVIDER_VNNI void q8_rows(const Job& j, const Q8& q, int n0, int n1, float* fs)
   }
 }
 
+// The integer kernel without VNNI (q8a_*): the same sums as q8_rows in
+// 8-lane registers, through AVX2's unsigned-by-signed byte products
+// (_mm256_maddubs_epi16, pairs summed to 16 bits) summed to 32-bit lanes
+// by _mm256_madd_epi16.
+//
+// 4-bit weights: a chunk of 64 inputs is 32 bytes, its low nibbles
+// against the first 32 of q8_prepare's activations and its high nibbles
+// against the last 32 (pairs at most 2 * 15 * 127, two such added); lanes
+// 0-3 are the chunk's first block and 4-7 its second (dv's first eight
+// lanes, d0 x4 and d1 x4).
+//
+// 8-bit weights (q in 0..255) would overflow a pair's 16 bits, so they
+// are taken as q - 128 (the bias gains 128 * scale): |q - 128| against the
+// activations carrying q - 128's sign (pairs at most 2 * 128 * 127); each
+// block of 32 is a register of its own.
+//
+// Group parameters are read where they lie, with no per-output copy: a
+// copy followed by a wide load of it stalls on store forwarding.
+
+// q8a_one is one group parameter as float.
+template <typename S>
+PROVIDER_AVX2 inline float q8a_one(const S* p) {
+  if constexpr (std::is_same_v<S, float>) {
+    return *p;
+  } else {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    if constexpr (std::is_same_v<S, mx::float16_t>) {
+      return _cvtsh_ss(h);
+    } else {
+      const uint32_t u = static_cast<uint32_t>(h) << 16;
+      float f;
+      std::memcpy(&f, &u, 4);
+      return f;
+    }
+  }
+}
+
+// q8a_eight is eight group parameters as float.
+template <typename S>
+PROVIDER_AVX2 inline __m256 q8a_eight(const S* p) {
+  if constexpr (std::is_same_v<S, float>) {
+    return _mm256_loadu_ps(p);
+  } else {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    if constexpr (std::is_same_v<S, mx::float16_t>) {
+      return _mm256_cvtph_ps(h);
+    } else {
+      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+  }
+}
+
+// q8a_scales is chunk c's scales for one output's group scales s: all
+// lanes s[c / per] for groups of per chunks, else (groups of 32) lanes 0-3
+// s[2c] and 4-7 s[2c+1].
+template <typename S>
+PROVIDER_AVX2 inline __m256 q8a_scales(const S* s, int c, int per) {
+  if (per > 0) {
+    return _mm256_set1_ps(q8a_one(s + c / per));
+  }
+  __m128 two;
+  if constexpr (std::is_same_v<S, float>) {
+    two = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(s + 2 * c)));
+  } else {
+    uint32_t u;
+    std::memcpy(&u, s + 2 * c, 4);
+    const __m128i h = _mm_cvtsi32_si128(static_cast<int>(u));
+    if constexpr (std::is_same_v<S, mx::float16_t>) {
+      two = _mm_cvtph_ps(h);
+    } else {
+      two = _mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(h), 16));
+    }
+  }
+  return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(two), _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
+}
+
+// q8a_direct computes outputs n .. n+NW-1 (NW at most 2) for activation
+// rows r0 .. r0+M-1 (M at most 4): each chunk's weights are split into
+// nibbles once and each chunk's activations loaded once for all of them.
+// sc and bi point at output n's group scales and biases (rows groups
+// apart); per is the number of chunks in a group (0: groups of 32, two to
+// a chunk). Per output and row the chunks accumulate in order into one
+// register; the bias terms, each group's bias times the row's sum of d *
+// sum(q) over the group's blocks (q.gsx), go eight groups to a register
+// and the rest one by one; then lanes and rest are added. The same
+// operations whatever M, NW and the thread split, so a row's output does
+// not depend on its batch.
+template <typename S, int BITS, int M, int NW>
+PROVIDER_AVX2 void q8a_direct(const Job& j, const Q8& q, int r0, const uint8_t* row, int bytes, const S* sc,
+                              const S* bi, int groups, int per, int n) {
+  const int chunks = j.k / 64;
+  const __m256i nibble = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  __m256 acc[NW][M];
+  for (int i = 0; i < NW; i++) {
+    for (int r = 0; r < M; r++) {
+      acc[i][r] = _mm256_setzero_ps();
+    }
+  }
+  const int8_t* xq = q.xq.data() + static_cast<size_t>(r0) * j.k;
+  const float* dv = q.dv.data() + static_cast<size_t>(r0) * chunks * 16;
+  for (int c = 0; c < chunks; c++) {
+    // 4 bits: a chunk's low and high nibbles; 8 bits: its two blocks as
+    // |q - 128|, and q - 128 for the signs.
+    __m256i u0[NW], u1[NW], s0[NW], s1[NW];
+    __m256 sv[NW], sv1[NW];
+    for (int i = 0; i < NW; i++) {
+      const uint8_t* wi = row + static_cast<size_t>(i) * bytes + c * BITS * 8;
+      const S* si = sc + static_cast<size_t>(i) * groups;
+      if constexpr (BITS == 4) {
+        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wi));
+        u0[i] = _mm256_and_si256(w, nibble);
+        u1[i] = _mm256_and_si256(_mm256_srli_epi16(w, 4), nibble);
+        sv[i] = q8a_scales(si, c, per);
+      } else {
+        s0[i] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wi)), flip);
+        s1[i] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wi + 32)), flip);
+        u0[i] = _mm256_abs_epi8(s0[i]);
+        u1[i] = _mm256_abs_epi8(s1[i]);
+        sv[i] = _mm256_set1_ps(q8a_one(si + (per > 0 ? c / per : 2 * c)));
+        sv1[i] = _mm256_set1_ps(q8a_one(si + (per > 0 ? c / per : 2 * c + 1)));
+      }
+    }
+    for (int r = 0; r < M; r++) {
+      const int8_t* x = xq + static_cast<size_t>(r) * j.k + c * 64;
+      const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+      const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 32));
+      const float* dr = dv + (static_cast<size_t>(r) * chunks + c) * 16;
+      for (int i = 0; i < NW; i++) {
+        if constexpr (BITS == 4) {
+          const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(u0[i], x0), _mm256_maddubs_epi16(u1[i], x1));
+          const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+          acc[i][r] = _mm256_fmadd_ps(_mm256_mul_ps(dot, _mm256_loadu_ps(dr)), sv[i], acc[i][r]);
+        } else {
+          const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(u0[i], _mm256_sign_epi8(x0, s0[i])), ones);
+          const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(u1[i], _mm256_sign_epi8(x1, s1[i])), ones);
+          acc[i][r] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(p0), _mm256_broadcast_ss(dr)), sv[i], acc[i][r]);
+          acc[i][r] =
+              _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(p1), _mm256_broadcast_ss(dr + 8)), sv1[i], acc[i][r]);
+        }
+      }
+    }
+  }
+  for (int i = 0; i < NW; i++) {
+    const S* b = bi + static_cast<size_t>(i) * groups;
+    const S* s = sc + static_cast<size_t>(i) * groups;
+    for (int r = 0; r < M; r++) {
+      const float* gx = q.gsx.data() + static_cast<size_t>(r0 + r) * groups;
+      __m256 bias = _mm256_setzero_ps();
+      int g = 0;
+      for (; g + 8 <= groups; g += 8) {
+        __m256 bg = q8a_eight(b + g);
+        if constexpr (BITS == 8) {
+          bg = _mm256_fmadd_ps(q8a_eight(s + g), _mm256_set1_ps(128.0f), bg);
+        }
+        bias = _mm256_fmadd_ps(bg, _mm256_loadu_ps(gx + g), bias);
+      }
+      float rest = 0;
+      for (; g < groups; g++) {
+        const float bg = BITS == 8 ? std::fma(q8a_one(s + g), 128.0f, q8a_one(b + g)) : q8a_one(b + g);
+        rest = std::fma(bg, gx[g], rest);
+      }
+      j.out[static_cast<size_t>(r0 + r) * j.n + n + i] = hsum(acc[i][r], bias) + rest;
+    }
+  }
+}
+
+// q8a_group_sums fills q.gsx [m, k/group] from q.dsx: per row and group,
+// the sum of d * sum(q) over the group's blocks, in block order.
+void q8a_group_sums(const Job& j, Q8& q) {
+  const int groups = j.k / j.group, bpg = j.group / 32;
+  q.gsx.resize(static_cast<size_t>(j.m) * groups);
+  for (int r = 0; r < j.m; r++) {
+    const float* ds = q.dsx.data() + static_cast<size_t>(r) * q.bp;
+    float* gx = q.gsx.data() + static_cast<size_t>(r) * groups;
+    for (int g = 0; g < groups; g++) {
+      float s = 0;
+      for (int b = g * bpg; b < (g + 1) * bpg; b++) {
+        s += ds[b];
+      }
+      gx[g] = s;
+    }
+  }
+}
+
+// q8a_rows is q8_rows without VNNI: output rows [n0, n1) for every
+// activation row, pairs of outputs by up to four rows at a time.
+template <typename S, int BITS>
+PROVIDER_AVX2 void q8a_rows(const Job& j, const Q8& q, int n0, int n1) {
+  const int bytes = j.k * BITS / 8;
+  const int groups = j.k / j.group;
+  const int per = j.group / 64;
+  const S* sc = static_cast<const S*>(j.scales);
+  const S* bi = static_cast<const S*>(j.biases);
+  for (int n = n0; n < n1; n += 2) {
+    const int nw = std::min(2, n1 - n);
+    const uint8_t* row = reinterpret_cast<const uint8_t*>(j.w) + static_cast<size_t>(n) * bytes;
+    const S* s = sc + static_cast<size_t>(n) * groups;
+    const S* b = bi + static_cast<size_t>(n) * groups;
+    if (n + 2 < n1) {
+      const size_t ahead = static_cast<size_t>(n + 2);
+      prefetch_row(reinterpret_cast<const char*>(j.w) + ahead * bytes, 2 * bytes, sc + ahead * groups,
+                   bi + ahead * groups, 2 * groups * static_cast<int>(sizeof(S)));
+    }
+    for (int r0 = 0; r0 < j.m; r0 += 4) {
+      const int m = std::min(4, j.m - r0);
+#define PROVIDER_Q8A(M, NW) q8a_direct<S, BITS, M, NW>(j, q, r0, row, bytes, s, b, groups, per, n)
+      if (nw == 2) {
+        switch (m) {
+          case 1: PROVIDER_Q8A(1, 2); break;
+          case 2: PROVIDER_Q8A(2, 2); break;
+          case 3: PROVIDER_Q8A(3, 2); break;
+          default: PROVIDER_Q8A(4, 2); break;
+        }
+      } else {
+        switch (m) {
+          case 1: PROVIDER_Q8A(1, 1); break;
+          case 2: PROVIDER_Q8A(2, 1); break;
+          case 3: PROVIDER_Q8A(3, 1); break;
+          default: PROVIDER_Q8A(4, 1); break;
+        }
+      }
+#undef PROVIDER_Q8A
+    }
+  }
+}
+
 #endif  // PROVIDER_X86
 
 // rows_portable is the same computation in plain C++, in the same order
@@ -943,8 +1188,7 @@ void run_job(const Job& j) {
   });
 }
 
-// run_job_q8 is run_job for the integer kernel (the caller checked
-// have_vnni and that k is whole chunks of 64 and groups whole blocks of 32).
+// run_job_q8 is run_job for the integer kernel (the caller checked q8_ok).
 template <typename S>
 void run_job_q8(const Job& j) {
 #if PROVIDER_X86
@@ -960,6 +1204,14 @@ void run_job_q8(const Job& j) {
   // pairs), enough of them to balance the threads.
   const int chunk = std::max(2, std::min(16, j.n / (8 * Pool::get().threads())) / 2 * 2);
   const int tasks = (j.n + chunk - 1) / chunk;
+  if (!have_vnni()) {
+    q8a_group_sums(j, q);
+    Pool::get().run(tasks, [&](int t) {
+      const int n0 = t * chunk, n1 = std::min(j.n, n0 + chunk);
+      j.bits == 4 ? q8a_rows<S, 4>(j, q, n0, n1) : q8a_rows<S, 8>(j, q, n0, n1);
+    });
+    return;
+  }
   Pool::get().run(tasks, [&](int t) {
     thread_local std::vector<float> fs;
     const size_t need = 2 * static_cast<size_t>((j.k / j.group + 15) / 16 * 16);
@@ -2446,8 +2698,7 @@ static int affine_linear(mlx_array* res, const mlx_array x, const mlx_array w, c
     std::vector<mx::array> in{mx::astype(xa, mx::float32, st), wa, sa, ba};
     const mx::Dtype sd = sa.dtype();
 #if PROVIDER_X86
-    const bool q8 = int8 && have_vnni() && k % 64 == 0 && group_size % 32 == 0 && group_size <= 512 &&
-                  (group_size & (group_size - 1)) == 0;
+    const bool q8 = int8 && q8_ok(k, group_size, bits);
 #else
     const bool q8 = false;
 #endif
@@ -2710,7 +2961,7 @@ int mlx_fast_stream_is_cpu(const mlx_stream s) {
 
 int mlx_fast_cpu_int8() {
 #if PROVIDER_X86
-  return have_vnni() ? 1 : 0;
+  return q8_ok(64, 32, 4) ? 1 : 0;
 #else
   return 0;
 #endif

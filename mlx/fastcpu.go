@@ -24,10 +24,11 @@ func (f *Frame) AffineLinear(x, w, scales, biases Array, groupSize, bits int) Ar
 // AffineLinearQ8 is AffineLinear with the activations quantized to signed
 // 8-bit blocks of 32 elements, each with a float scale max|x|/127 (as
 // llama.cpp's Q8 activation blocks), and the products taken in integers
-// with AVX-512 VNNI, several times faster than dequantizing at batch sizes
-// of a few rows. Each output is the same float whatever the batch. Where
-// the processor lacks VNNI, the input length is not whole chunks of 64 or
-// the groups are not whole blocks of 32, it is AffineLinear.
+// with AVX-512 VNNI or AVX2, faster than the float kernel at every batch
+// size. Each output is the same float whatever the batch. Where the
+// processor lacks AVX2, the input length is not whole chunks of 64 or the
+// groups are not whole blocks of 32 (a power of two up to 512), it is
+// AffineLinear.
 func (f *Frame) AffineLinearQ8(x, w, scales, biases Array, groupSize, bits int) Array {
 	return f.op("affine_linear_q8", func(r *C.mlx_array) C.int {
 		return C.mlx_fast_affine_linear_q8(r, x.c, w.c, scales.c, biases.c, C.int(groupSize), C.int(bits), f.s.c)
@@ -35,7 +36,8 @@ func (f *Frame) AffineLinearQ8(x, w, scales, biases Array, groupSize, bits int) 
 }
 
 // CPUInt8 reports whether AffineLinearQ8 takes its integer path on this
-// processor (AVX-512 VNNI).
+// processor: AVX2, or AVX-512 VNNI, where 4- and 8-bit weights are also
+// packed for it (PackedQ8).
 func CPUInt8() bool { return C.mlx_fast_cpu_int8() != 0 }
 
 // SetCPUThreads sets how many threads the CPU kernels use (0: one per

@@ -78,8 +78,8 @@ int mlx_fast_buffer_grow(mlx_array* res, const mlx_array old, int rows, const ml
 // mlx_fast_stream_is_cpu is 1 for a CPU stream, else 0.
 int mlx_fast_stream_is_cpu(const mlx_stream s);
 
-// mlx_fast_cpu_int8 is 1 when mlx_fast_affine_linear_q8 can take its
-// integer path on this processor, else 0.
+// mlx_fast_cpu_int8 is 1 when mlx_fast_affine_linear_q8 takes its
+// integer path on this processor (AVX2, or AVX-512 VNNI), else 0.
 int mlx_fast_cpu_int8(void);
 
 // mlx_fast_cpu_threads sets the threads of the CPU kernels (0: one per

@@ -345,6 +345,23 @@ func TestAffineLinearSameWithoutAVX512(t *testing.T) {
 	}
 }
 
+// TestAffineLinearQ8WithoutAVX512 runs TestAffineLinearQ8 again in a child
+// process with AVX-512 off, so that a processor with VNNI checks the AVX2
+// integer kernel (q8a_rows) too: on such a processor the parent's run took
+// the VNNI kernel only.
+func TestAffineLinearQ8WithoutAVX512(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestAffineLinearQ8$", "-test.v")
+	cmd.Env = append(os.Environ(), "PROVIDER_CPU_AVX512=0")
+	raw, err := cmd.CombinedOutput()
+	t.Logf("child (AVX-512 off):\n%s", raw)
+	if err != nil {
+		t.Fatalf("child: %v", err)
+	}
+	if !strings.Contains(string(raw), "--- PASS: TestAffineLinearQ8 ") {
+		t.Fatal("child did not run TestAffineLinearQ8")
+	}
+}
+
 // q8Inputs makes a seeded [n, k] quantized weight and [m, k] activations
 // (host values xs and the array x) holding a zero and, where they reach
 // that far, a block of zeros (scale 0).
@@ -409,7 +426,7 @@ func TestAffineLinearQ8(t *testing.T) {
 		defer s.Free()
 		defer SetCPUThreads(0)
 		if !CPUInt8() {
-			t.Log("THIS PROCESSOR LACKS AVX-512 VNNI: AffineLinearQ8 is checked to equal AffineLinear only")
+			t.Log("THIS PROCESSOR LACKS AVX2: AffineLinearQ8 is checked to equal AffineLinear only")
 		}
 		rng := rand.New(rand.NewPCG(9, 10))
 		for _, c := range []struct {
@@ -422,6 +439,11 @@ func TestAffineLinearQ8(t *testing.T) {
 			{5, 48, 192, 32, 8, Float16},
 			{9, 20, 256, 128, 8, Float32},
 			{17, 70, 576, 32, 4, Float16},
+			{1, 40, 384, 32, 4, Float16},
+			{2, 30, 768, 32, 4, Float32},
+			{3, 21, 512, 128, 4, BFloat16},
+			{1, 27, 576, 32, 8, Float32},
+			{3, 10, 128, 64, 8, BFloat16},
 		} {
 			name := fmt.Sprintf("m%d_n%d_k%d_g%d_b%d_%v", c.m, c.n, c.k, c.group, c.bits, c.scales)
 			func() {
@@ -437,7 +459,7 @@ func TestAffineLinearQ8(t *testing.T) {
 				if !CPUInt8() {
 					for i := range got {
 						if got[i] != flt[i] {
-							t.Fatalf("%s: without VNNI, output %d = %v, AffineLinear %v", name, i, got[i], flt[i])
+							t.Fatalf("%s: without the integer path, output %d = %v, AffineLinear %v", name, i, got[i], flt[i])
 						}
 					}
 					return

@@ -72,8 +72,8 @@ type Config struct {
 	// Int8Activations makes matmuls with 4- and 8-bit affine weights on
 	// the CPU quantize their input activations to signed 8-bit blocks of
 	// 32 (a float scale each, as llama.cpp's Q8 activation blocks) and
-	// multiply in integers (mlx.Frame.AffineLinearQ8: AVX-512 VNNI, where
-	// the processor has it). Faster at decode batch sizes; outputs move
+	// multiply in integers (mlx.Frame.AffineLinearQ8, where the processor
+	// has AVX2; mlx.CPUInt8). Faster at decode batch sizes; outputs move
 	// by the activations' rounding. Serving turns it on for CPU streams;
 	// off (float activations) by default and in the reference suites.
 	// ReferenceNumerics takes precedence.

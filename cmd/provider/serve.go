@@ -478,12 +478,12 @@ func loadModel(open func() (*model.Model, string, weightSource, error), device s
 // numerics sets a model's numerics for its stream. On the CPU: float32
 // activations (MLX's CPU kernels, the experts' gathered matmuls among them,
 // run in float32; a half-precision checkpoint is widened), and, where the
-// processor has AVX-512 VNNI, 8-bit activation blocks into the packed
-// integer matmul kernel (model.Config.Int8Activations, as llama.cpp
-// quantizes activations for its quantized weights): about twice the float
-// kernel's speed at every batch size, outputs moved by the activations'
-// rounding. PROVIDER_CPU_INT8=0 keeps float activations; =1 asks for 8-bit
-// ones on any processor (without VNNI the kernel is the float one). On a
+// processor has AVX2, 8-bit activation blocks into the integer matmul
+// kernel (model.Config.Int8Activations, as llama.cpp quantizes activations
+// for its quantized weights; mlx.CPUInt8): faster than the float kernel at
+// every batch size, outputs moved by the activations' rounding.
+// PROVIDER_CPU_INT8=0 keeps float activations; =1 asks for 8-bit ones on
+// any processor (without AVX2 the kernel is the float one). On a
 // GPU: activations and the KV cache in Config.AcceleratorDType (the
 // checkpoint's half type), or in the type PROVIDER_GPU_DTYPE names
 // (float32, float16, bfloat16).
