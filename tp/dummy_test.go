@@ -52,7 +52,7 @@ func TestDummyGreedyEqualsOneProcess(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := generate(t, th, solo.Net, prompt, steps)
+			want := generate(t, th, solo.Net, prompt, steps, nil)
 			th.Do(solo.Free)
 
 			two, d2 := open()
@@ -70,7 +70,7 @@ func TestDummyGreedyEqualsOneProcess(t *testing.T) {
 			if mine.Weights.Bytes() >= d.Bytes() {
 				t.Errorf("rank 0 holds %d bytes, the whole model %d", mine.Weights.Bytes(), d.Bytes())
 			}
-			got := generate(t, th, g.NewLeader(slot, mine.Net), prompt, steps)
+			got := generate(t, th, g.NewLeader(slot, mine.Net), prompt, steps, want.tokens)
 
 			same(t, got, want, 1e-4)
 		})
