@@ -5,6 +5,10 @@
 #   .deps/llama-server    llama.cpp's own C++ server (continuous batching,
 #                         parallel slots): bin/llama-server, and VERSION
 #                         naming the llama.cpp commit it was built from
+#   .deps/llama-server-avx2  the same built for AVX2 alone (no AVX-512),
+#                         with LLAMA_SERVER_ISA=avx2: on a processor with
+#                         AVX-512 it stands in for llama-server on one
+#                         without, beside ours run with PROVIDER_CPU_AVX512=0
 #
 # llama-server is built from source: the llama.cpp tree that
 # llama-cpp-python's sdist vendors (the same pinned release that
@@ -21,11 +25,21 @@
 # Environment:
 #   PYTHON             python interpreter (default python3)
 #   LLAMA_SERVER_JOBS  parallel compile jobs (default: the number of CPUs)
+#   LLAMA_SERVER_ISA   native (default: the build machine's instruction set)
+#                      or avx2 (AVX, AVX2, FMA, F16C, BMI2; no AVX-512)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PY=${PYTHON:-python3}
-DEST=$ROOT/.deps/llama-server
+ISA=${LLAMA_SERVER_ISA:-native}
+case $ISA in
+native) DEST=$ROOT/.deps/llama-server ;;
+avx2) DEST=$ROOT/.deps/llama-server-avx2 ;;
+*)
+	echo "setup_peers: LLAMA_SERVER_ISA=$ISA: want native or avx2" >&2
+	exit 1
+	;;
+esac
 JOBS=${LLAMA_SERVER_JOBS:-$(nproc)}
 
 make -s -C "$ROOT" mlx-lm
@@ -45,6 +59,10 @@ CMAKE_FLAGS=(
 	-DLLAMA_BUILD_TESTS=OFF
 	-DLLAMA_BUILD_EXAMPLES=OFF
 )
+if [ "$ISA" = avx2 ]; then
+	CMAKE_FLAGS+=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+		-DGGML_AVX512=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX_VNNI=OFF -DGGML_AMX_INT8=OFF)
+fi
 
 check() {
 	"$DEST/bin/llama-server" --version >/dev/null 2>&1

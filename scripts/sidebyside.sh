@@ -12,10 +12,10 @@
 #   ours-cold  the same with the prefix cache off (PROVIDER_PREFIX_CACHE=0)
 #   ours-float ours with float activations into the float CPU kernel
 #              (PROVIDER_CPU_INT8=0; by default, on a processor with
-#              AVX-512 VNNI, activations are 8-bit into the integer kernel)
+#              AVX2, activations are 8-bit into the integer kernel)
 #   ours-int8  ours with 8-bit activations on any processor
-#              (PROVIDER_CPU_INT8=1; the integer kernel runs only with
-#              AVX-512 VNNI, the float kernel takes them elsewhere)
+#              (PROVIDER_CPU_INT8=1; the integer kernel runs with AVX2
+#              or AVX-512 VNNI, the float kernel takes them elsewhere)
 #   mlx-lm     mlx_lm.server on the same MLX CPU backend, its defaults
 #              (it batches up to 32 decodes)
 #   llama.cpp  llama.cpp's own C++ llama-server (scripts/setup_peers.sh
@@ -53,6 +53,11 @@
 # the sweep, the Poisson run and the shared-prefix run (and their
 # warm-ups) share none, and llama.cpp's prompt cache cannot stand in for
 # its prefill. Every server gets the same prompts.
+#
+# To stand in for a processor without AVX-512 on one with it: build
+# llama-server for AVX2 alone (LLAMA_SERVER_ISA=avx2 scripts/setup_peers.sh)
+# and run with PROVIDER_CPU_AVX512=0 (ours keeps to its AVX2 kernels)
+# LLAMA_SERVER=.deps/llama-server-avx2/bin/llama-server.
 #
 # Results go to OUT (default bench/results/<machine>-<date>): README.md
 # (machine, versions, server commands, every ratio table), and per
@@ -292,6 +297,9 @@ version() { PYTHONPATH=$1 "$PY" -c "import importlib.metadata as m; print(m.vers
 	echo
 	echo "- model: \`$NAME\` (ours and llama.cpp read the GGUF file; mlx-lm reads its exact \`provider convert\` conversion)"
 	echo "- machine: $MACHINE, $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1), $(nproc) CPUs, $(free -g | awk '/^Mem:/ {print $2}') GiB"
+	if [ "${PROVIDER_CPU_AVX512:-}" = 0 ]; then
+		echo "- AVX-512 off in ours (PROVIDER_CPU_AVX512=0: its AVX2 kernels only); llama-server binary \`$LLAMA_SERVER\`"
+	fi
 	echo "- date: $(date -u +%Y-%m-%dT%H:%MZ), total run ${ELAPSED}s"
 	echo "- versions: provider $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo '+changes'), mlx-lm $(version .deps/py-mlxlm mlx-lm), mlx $(version .deps/py-mlxlm mlx), llama-server: $(cat "$(dirname "$LLAMA_SERVER")/../VERSION" 2>/dev/null || echo unknown)"
 	echo "- workloads: endpoint $ENDPOINT, max_tokens $MAX_TOKENS, warmup $WARMUP per target, seed $SEED, request timeout $REQUEST_TIMEOUT"
