@@ -9,6 +9,13 @@
 #                         with LLAMA_SERVER_ISA=avx2: on a processor with
 #                         AVX-512 it stands in for llama-server on one
 #                         without, beside ours run with PROVIDER_CPU_AVX512=0
+#   .deps/llama-server-avx512  the same built for AVX-512 with VNNI and
+#                         BF16 but without AMX, with LLAMA_SERVER_ISA=avx512:
+#                         on a Xeon with AMX (Sapphire Rapids and later) the
+#                         native build's AMX matmul can crash (it segfaulted
+#                         in ggml_backend_amx_mul_mat at the first batch of
+#                         its warm-up on a 2-CPU virtual machine), and this
+#                         is the strongest build that runs there
 #
 # llama-server is built from source: the llama.cpp tree that
 # llama-cpp-python's sdist vendors (the same pinned release that
@@ -25,7 +32,8 @@
 # Environment:
 #   PYTHON             python interpreter (default python3)
 #   LLAMA_SERVER_JOBS  parallel compile jobs (default: the number of CPUs)
-#   LLAMA_SERVER_ISA   native (default: the build machine's instruction set)
+#   LLAMA_SERVER_ISA   native (default: the build machine's instruction set),
+#                      avx512 (AVX-512 with VNNI, VBMI and BF16; no AMX)
 #                      or avx2 (AVX, AVX2, FMA, F16C, BMI2; no AVX-512)
 set -euo pipefail
 
@@ -35,8 +43,9 @@ ISA=${LLAMA_SERVER_ISA:-native}
 case $ISA in
 native) DEST=$ROOT/.deps/llama-server ;;
 avx2) DEST=$ROOT/.deps/llama-server-avx2 ;;
+avx512) DEST=$ROOT/.deps/llama-server-avx512 ;;
 *)
-	echo "setup_peers: LLAMA_SERVER_ISA=$ISA: want native or avx2" >&2
+	echo "setup_peers: LLAMA_SERVER_ISA=$ISA: want native, avx512 or avx2" >&2
 	exit 1
 	;;
 esac
@@ -62,6 +71,10 @@ CMAKE_FLAGS=(
 if [ "$ISA" = avx2 ]; then
 	CMAKE_FLAGS+=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
 		-DGGML_AVX512=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX_VNNI=OFF -DGGML_AMX_INT8=OFF)
+elif [ "$ISA" = avx512 ]; then
+	CMAKE_FLAGS+=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+		-DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_BF16=ON -DGGML_AVX_VNNI=ON
+		-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF)
 fi
 
 check() {

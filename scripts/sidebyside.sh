@@ -57,7 +57,9 @@
 # To stand in for a processor without AVX-512 on one with it: build
 # llama-server for AVX2 alone (LLAMA_SERVER_ISA=avx2 scripts/setup_peers.sh)
 # and run with PROVIDER_CPU_AVX512=0 (ours keeps to its AVX2 kernels)
-# LLAMA_SERVER=.deps/llama-server-avx2/bin/llama-server.
+# LLAMA_SERVER=.deps/llama-server-avx2/bin/llama-server. On a Xeon with
+# AMX, where the native build's AMX matmul can crash at start, build
+# LLAMA_SERVER_ISA=avx512 and run LLAMA_SERVER=.deps/llama-server-avx512/bin/llama-server.
 #
 # Results go to OUT (default bench/results/<machine>-<date>): README.md
 # (machine, versions, server commands, every ratio table), and per
@@ -298,8 +300,9 @@ version() { PYTHONPATH=$1 "$PY" -c "import importlib.metadata as m; print(m.vers
 	echo "- model: \`$NAME\` (ours and llama.cpp read the GGUF file; mlx-lm reads its exact \`provider convert\` conversion)"
 	echo "- machine: $MACHINE, $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1), $(nproc) CPUs, $(free -g | awk '/^Mem:/ {print $2}') GiB"
 	if [ "${PROVIDER_CPU_AVX512:-}" = 0 ]; then
-		echo "- AVX-512 off in ours (PROVIDER_CPU_AVX512=0: its AVX2 kernels only); llama-server binary \`$LLAMA_SERVER\`"
+		echo "- AVX-512 off in ours (PROVIDER_CPU_AVX512=0: its AVX2 kernels only)"
 	fi
+	echo "- llama-server binary: \`$LLAMA_SERVER\`"
 	echo "- date: $(date -u +%Y-%m-%dT%H:%MZ), total run ${ELAPSED}s"
 	echo "- versions: provider $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo '+changes'), mlx-lm $(version .deps/py-mlxlm mlx-lm), mlx $(version .deps/py-mlxlm mlx), llama-server: $(cat "$(dirname "$LLAMA_SERVER")/../VERSION" 2>/dev/null || echo unknown)"
 	echo "- workloads: endpoint $ENDPOINT, max_tokens $MAX_TOKENS, warmup $WARMUP per target, seed $SEED, request timeout $REQUEST_TIMEOUT"
