@@ -824,6 +824,28 @@ PROVIDER_VNNI void q8_direct(const Job& j, const Q8& q, int r0, const uint8_t* r
   }
 }
 
+// by_shape calls f.template operator()<M, NW>() for m activation rows (1
+// to 4) and nw outputs (1 or 2): the integer kernels' shapes, each its own
+// instantiation so that its accumulators stay in registers.
+template <typename F>
+inline void by_shape(int m, int nw, F&& f) {
+  if (nw == 2) {
+    switch (m) {
+      case 1: f.template operator()<1, 2>(); break;
+      case 2: f.template operator()<2, 2>(); break;
+      case 3: f.template operator()<3, 2>(); break;
+      default: f.template operator()<4, 2>(); break;
+    }
+    return;
+  }
+  switch (m) {
+    case 1: f.template operator()<1, 1>(); break;
+    case 2: f.template operator()<2, 1>(); break;
+    case 3: f.template operator()<3, 1>(); break;
+    default: f.template operator()<4, 1>(); break;
+  }
+}
+
 // q8_rows computes output rows [n0, n1) for every activation row: pairs
 // of outputs by up to four rows at a time. fs has room for two rows' group
 // scales as float, each padded to whole 16-lane registers.
@@ -858,24 +880,9 @@ PROVIDER_VNNI void q8_rows(const Job& j, const Q8& q, int n0, int n1, float* fs)
       }
     }
     for (int r0 = 0; r0 < j.m; r0 += 4) {
-      const int m = std::min(4, j.m - r0);
-#define PROVIDER_Q8(M, NW) q8_direct<S, BITS, M, NW>(j, q, r0, row, bytes, fs, gs, b, groups, per, spread, n)
-      if (nw == 2) {
-        switch (m) {
-          case 1: PROVIDER_Q8(1, 2); break;
-          case 2: PROVIDER_Q8(2, 2); break;
-          case 3: PROVIDER_Q8(3, 2); break;
-          default: PROVIDER_Q8(4, 2); break;
-        }
-      } else {
-        switch (m) {
-          case 1: PROVIDER_Q8(1, 1); break;
-          case 2: PROVIDER_Q8(2, 1); break;
-          case 3: PROVIDER_Q8(3, 1); break;
-          default: PROVIDER_Q8(4, 1); break;
-        }
-      }
-#undef PROVIDER_Q8
+      by_shape(std::min(4, j.m - r0), nw, [&]<int M, int NW>() {
+        q8_direct<S, BITS, M, NW>(j, q, r0, row, bytes, fs, gs, b, groups, per, spread, n);
+      });
     }
   }
 }
@@ -1086,24 +1093,9 @@ PROVIDER_AVX2 void q8a_rows(const Job& j, const Q8& q, int n0, int n1) {
                    bi + ahead * groups, 2 * groups * static_cast<int>(sizeof(S)));
     }
     for (int r0 = 0; r0 < j.m; r0 += 4) {
-      const int m = std::min(4, j.m - r0);
-#define PROVIDER_Q8A(M, NW) q8a_direct<S, BITS, M, NW>(j, q, r0, row, bytes, s, b, groups, per, n)
-      if (nw == 2) {
-        switch (m) {
-          case 1: PROVIDER_Q8A(1, 2); break;
-          case 2: PROVIDER_Q8A(2, 2); break;
-          case 3: PROVIDER_Q8A(3, 2); break;
-          default: PROVIDER_Q8A(4, 2); break;
-        }
-      } else {
-        switch (m) {
-          case 1: PROVIDER_Q8A(1, 1); break;
-          case 2: PROVIDER_Q8A(2, 1); break;
-          case 3: PROVIDER_Q8A(3, 1); break;
-          default: PROVIDER_Q8A(4, 1); break;
-        }
-      }
-#undef PROVIDER_Q8A
+      by_shape(std::min(4, j.m - r0), nw, [&]<int M, int NW>() {
+        q8a_direct<S, BITS, M, NW>(j, q, r0, row, bytes, s, b, groups, per, n);
+      });
     }
   }
 }
