@@ -1346,6 +1346,64 @@ struct PQ8 {
   int bp = 0;
 };
 
+// pq8_place puts block b's 32 quantized activations t into a row's packed
+// order xq: in a span of 16 blocks, four bytes of each block in turn; past
+// the spans, pairs of blocks as the packed weights pair them, and a last
+// block alone in order.
+inline void pq8_place(int bits, int blocks, int8_t* xq, int b, const int8_t* t) {
+  const int spans = blocks / 16;
+  if (b < 16 * spans) {
+    int8_t* o = xq + (b / 16) * 512 + 4 * (b % 16);
+    for (int s = 0; s < 8; s++) {
+      std::memcpy(o + 64 * s, t + 4 * s, 4);
+    }
+  } else if (b == blocks - 1 && (blocks - 16 * spans) % 2 == 1) {
+    // A last block alone: its elements in order (both widths).
+    std::memcpy(xq + spans * 512 + (blocks - 16 * spans) / 2 * 64, t, 32);
+  } else {
+    const int p = (b - 16 * spans) / 2, h = (b - 16 * spans) % 2;
+    int8_t* o = xq + spans * 512 + p * 64;
+    if (bits == 4) {
+      std::memcpy(o + 16 * h, t, 16);
+      std::memcpy(o + 32 + 16 * h, t + 16, 16);
+    } else {
+      std::memcpy(o + 32 * h, t, 32);
+    }
+  }
+}
+
+// pq8_prepare is pq8_prepare512 in plain C++ (q8_prepare's arithmetic):
+// the same bytes, scales and sums.
+void pq8_prepare(const PJob& j, PQ8& q, int r0, int r1) {
+  const int blocks = j.k / 32;
+  for (int r = r0; r < r1; r++) {
+    const float* x = j.x + static_cast<size_t>(r) * j.k;
+    int8_t* xq = q.xq.data() + static_cast<size_t>(r) * j.k;
+    float* d = q.d.data() + static_cast<size_t>(r) * q.bp;
+    float* dsx = q.dsx.data() + static_cast<size_t>(r) * q.bp;
+    for (int b = 0; b < blocks; b++) {
+      const float* xb = x + b * 32;
+      float amax = 0;
+      for (int i = 0; i < 32; i++) {
+        amax = std::max(amax, std::fabs(xb[i]));
+      }
+      const float inv = amax > 0 ? 127.0f / amax : 0.0f;
+      int8_t t[32];
+      int sum = 0;
+      for (int i = 0; i < 32; i++) {
+        t[i] = static_cast<int8_t>(std::clamp(static_cast<int>(std::nearbyint(xb[i] * inv)), -127, 127));
+        sum += t[i];
+      }
+      pq8_place(j.bits, blocks, xq, b, t);
+      d[b] = amax / 127.0f;
+      dsx[b] = d[b] * static_cast<float>(sum);
+    }
+    for (int b = blocks; b < q.bp; b++) {
+      d[b] = dsx[b] = 0;
+    }
+  }
+}
+
 #if PROVIDER_X86
 
 // pq8_prepare512 quantizes activation rows [r0, r1) of j.x into q, each
@@ -1371,24 +1429,7 @@ PROVIDER_VNNI void pq8_prepare512(const PJob& j, PQ8& q, int r0, int r1) {
       alignas(64) int8_t t[32];
       _mm_store_si128(reinterpret_cast<__m128i*>(t), _mm512_cvtsepi32_epi8(q0));
       _mm_store_si128(reinterpret_cast<__m128i*>(t + 16), _mm512_cvtsepi32_epi8(q1));
-      if (b < 16 * spans) {
-        int8_t* o = xq + (b / 16) * 512 + 4 * (b % 16);
-        for (int s = 0; s < 8; s++) {
-          std::memcpy(o + 64 * s, t + 4 * s, 4);
-        }
-      } else if (b == blocks - 1 && (blocks - 16 * spans) % 2 == 1) {
-        // A last block alone: its elements in order (both widths).
-        std::memcpy(xq + spans * 512 + (blocks - 16 * spans) / 2 * 64, t, 32);
-      } else {
-        const int p = (b - 16 * spans) / 2, h = (b - 16 * spans) % 2;
-        int8_t* o = xq + spans * 512 + p * 64;
-        if (j.bits == 4) {
-          std::memcpy(o + 16 * h, t, 16);
-          std::memcpy(o + 32 + 16 * h, t + 16, 16);
-        } else {
-          std::memcpy(o + 32 * h, t, 32);
-        }
-      }
+      pq8_place(j.bits, blocks, xq, b, t);
       d[b] = amax / 127.0f;
       dsx[b] = d[b] * static_cast<float>(sum);
     }
@@ -1398,6 +1439,34 @@ PROVIDER_VNNI void pq8_prepare512(const PJob& j, PQ8& q, int r0, int r1) {
   }
 }
 
+// PTileAt is where a packed tile's operands start: output n's weights
+// and block parameters, activation row r0's values, scales and sums.
+template <typename S>
+struct PTileAt {
+  int blocks, spans, pairs;
+  size_t rb;  // bytes of a row of weights
+  const uint8_t* w;
+  const S *sc, *bi;
+  const int8_t* xq;
+  const float *dr, *sr;
+};
+
+template <typename S>
+inline PTileAt<S> ptile_at(const PJob& j, const PQ8& q, int bits, int r0, int n) {
+  const int blocks = j.k / 32, spans = blocks / 16;
+  const size_t rb = static_cast<size_t>(j.k) * bits / 8;
+  return {blocks,
+          spans,
+          (blocks - 16 * spans) / 2,
+          rb,
+          j.w + static_cast<size_t>(n) * rb,
+          static_cast<const S*>(j.scales) + static_cast<size_t>(n) * blocks,
+          static_cast<const S*>(j.biases) + static_cast<size_t>(n) * blocks,
+          q.xq.data() + static_cast<size_t>(r0) * j.k,
+          q.d.data() + static_cast<size_t>(r0) * q.bp,
+          q.dsx.data() + static_cast<size_t>(r0) * q.bp};
+}
+
 // pk_tile computes outputs n .. n+NW-1 for activation rows r0 .. r0+M-1.
 // Per output and row, one float accumulator takes, span by span, the
 // span's integer dot products times scale*d, then its bias terms; then
@@ -1405,14 +1474,13 @@ PROVIDER_VNNI void pq8_prepare512(const PJob& j, PQ8& q, int r0, int r1) {
 // every tile shape, batch and thread split.
 template <typename S, int BITS, int M, int NW>
 PROVIDER_VNNI void pk_tile(const PJob& j, const PQ8& q, int r0, int n) {
-  const int blocks = j.k / 32, spans = blocks / 16, pairs = (blocks - 16 * spans) / 2;
-  const size_t rb = static_cast<size_t>(j.k) * BITS / 8;
-  const uint8_t* w = j.w + static_cast<size_t>(n) * rb;
-  const S* sc = static_cast<const S*>(j.scales) + static_cast<size_t>(n) * blocks;
-  const S* bi = static_cast<const S*>(j.biases) + static_cast<size_t>(n) * blocks;
-  const int8_t* xq = q.xq.data() + static_cast<size_t>(r0) * j.k;
-  const float* dr = q.d.data() + static_cast<size_t>(r0) * q.bp;
-  const float* sr = q.dsx.data() + static_cast<size_t>(r0) * q.bp;
+  const PTileAt<S> pt = ptile_at<S>(j, q, BITS, r0, n);
+  const int blocks = pt.blocks, spans = pt.spans, pairs = pt.pairs;
+  const size_t rb = pt.rb;
+  const uint8_t* w = pt.w;
+  const S *sc = pt.sc, *bi = pt.bi;
+  const int8_t* xq = pt.xq;
+  const float *dr = pt.dr, *sr = pt.sr;
   __m512 acc[NW][M];
   #pragma GCC unroll 16
   for (int i = 0; i < NW; i++) {
@@ -1610,13 +1678,228 @@ PROVIDER_VNNI void pk_rows(const PJob& j, const PQ8& q, int n0, int n1) {
   }
 }
 
+// The packed kernel without VNNI (pka_*): each 512-bit register of the
+// packed weights as two of 256 bits (blocks 0-7 and 8-15 of a span), the
+// products through _mm256_maddubs_epi16 summed to 32-bit lanes by
+// _mm256_madd_epi16. 4-bit: a span's sixteen products per pair of lanes
+// (at most 4 * 2 * 2 * 15 * 127) are summed in 16 bits first. 8-bit
+// weights are taken as q - 128 against the activations carrying its sign,
+// the bias gaining 128 * scale (as q8a_direct).
+
+// pka_lanes adds, for one output and row, a register of eight lanes'
+// integer dots ia times their weights' scales sv and activations' scales d,
+// then the bias terms bv * ds, into acc.
+PROVIDER_AVX2 inline __m256 pka_lanes(__m256 acc, __m256i ia, __m256 sv, __m256 d, __m256 bv, __m256 ds) {
+  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia), _mm256_mul_ps(sv, d), acc);
+  return _mm256_fmadd_ps(bv, ds, acc);
+}
+
+// pka_dot8 is the eight 32-bit lanes of 8-bit weights w (as stored)
+// against activations x: |w - 128| by x with w - 128's sign.
+PROVIDER_AVX2 inline __m256i pka_dot8(__m256i w, __m256i x) {
+  const __m256i sw = _mm256_xor_si256(w, _mm256_set1_epi8(static_cast<char>(0x80)));
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(sw), _mm256_sign_epi8(x, sw)), _mm256_set1_epi16(1));
+}
+
+// pka_bias is block b's bias as the lanes take it: with 8-bit weights,
+// corrected by 128 * its scale.
+template <typename S, int BITS>
+PROVIDER_AVX2 inline float pka_bias(const S* sc, const S* bi, int b) {
+  const float v = q8a_one(bi + b);
+  return BITS == 8 ? std::fma(q8a_one(sc + b), 128.0f, v) : v;
+}
+
+// pka_tile is pk_tile without VNNI: outputs n .. n+NW-1 for activation
+// rows r0 .. r0+M-1. Per output and row one float accumulator takes, span
+// by span, each half's dots times scale*d and its bias terms; then the
+// pairs and a last block the same; then it is reduced. The order is the
+// same for every tile shape, batch and thread split.
+template <typename S, int BITS, int M, int NW>
+PROVIDER_AVX2 void pka_tile(const PJob& j, const PQ8& q, int r0, int n) {
+  const PTileAt<S> pt = ptile_at<S>(j, q, BITS, r0, n);
+  const int blocks = pt.blocks, spans = pt.spans, pairs = pt.pairs;
+  const size_t rb = pt.rb;
+  const uint8_t* w = pt.w;
+  const S *sc = pt.sc, *bi = pt.bi;
+  const int8_t* xq = pt.xq;
+  const float *dr = pt.dr, *sr = pt.sr;
+  const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  __m256 acc[NW][M];
+  for (int i = 0; i < NW; i++) {
+    for (int r = 0; r < M; r++) {
+      acc[i][r] = _mm256_setzero_ps();
+    }
+  }
+  for (int g = 0; g < spans; g++) {
+    for (int h = 0; h < 2; h++) {
+      __m256i ia[NW][M];
+      if constexpr (BITS == 4) {
+        __m256i s16[NW][M];
+        for (int i = 0; i < NW; i++) {
+          for (int r = 0; r < M; r++) {
+            s16[i][r] = _mm256_setzero_si256();
+          }
+        }
+        for (int u = 0; u < 4; u++) {
+          __m256i lo[NW], hi[NW];
+          for (int i = 0; i < NW; i++) {
+            const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i * rb + g * 256 + u * 64 + 32 * h));
+            lo[i] = _mm256_and_si256(raw, m4);
+            hi[i] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+          }
+          for (int r = 0; r < M; r++) {
+            const int8_t* xr = xq + static_cast<size_t>(r) * j.k + g * 512 + u * 128 + 32 * h;
+            const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr));
+            const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr + 64));
+            for (int i = 0; i < NW; i++) {
+              s16[i][r] = _mm256_add_epi16(s16[i][r], _mm256_add_epi16(_mm256_maddubs_epi16(lo[i], x0),
+                                                                       _mm256_maddubs_epi16(hi[i], x1)));
+            }
+          }
+        }
+        for (int i = 0; i < NW; i++) {
+          for (int r = 0; r < M; r++) {
+            ia[i][r] = _mm256_madd_epi16(s16[i][r], ones);
+          }
+        }
+      } else {
+        for (int i = 0; i < NW; i++) {
+          for (int r = 0; r < M; r++) {
+            ia[i][r] = _mm256_setzero_si256();
+          }
+        }
+        for (int e = 0; e < 8; e++) {
+          __m256i wv[NW];
+          for (int i = 0; i < NW; i++) {
+            wv[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i * rb + g * 512 + e * 64 + 32 * h));
+          }
+          for (int r = 0; r < M; r++) {
+            const __m256i x = _mm256_loadu_si256(
+                reinterpret_cast<const __m256i*>(xq + static_cast<size_t>(r) * j.k + g * 512 + e * 64 + 32 * h));
+            for (int i = 0; i < NW; i++) {
+              ia[i][r] = _mm256_add_epi32(ia[i][r], pka_dot8(wv[i], x));
+            }
+          }
+        }
+      }
+      const int b0 = 16 * g + 8 * h;
+      __m256 sv[NW], bv[NW];
+      for (int i = 0; i < NW; i++) {
+        sv[i] = q8a_eight(sc + static_cast<size_t>(i) * blocks + b0);
+        bv[i] = q8a_eight(bi + static_cast<size_t>(i) * blocks + b0);
+        if constexpr (BITS == 8) {
+          bv[i] = _mm256_fmadd_ps(sv[i], _mm256_set1_ps(128.0f), bv[i]);
+        }
+      }
+      for (int r = 0; r < M; r++) {
+        const __m256 d = _mm256_loadu_ps(dr + static_cast<size_t>(r) * q.bp + b0);
+        const __m256 ds = _mm256_loadu_ps(sr + static_cast<size_t>(r) * q.bp + b0);
+        for (int i = 0; i < NW; i++) {
+          acc[i][r] = pka_lanes(acc[i][r], ia[i][r], sv[i], d, bv[i], ds);
+        }
+      }
+    }
+  }
+  // Past the spans, pairs of blocks b and b+1, then a last block alone:
+  // 4-bit, lanes 0-3 block b and 4-7 b+1 (a last block: all eight); 8-bit,
+  // one register a block. The bias terms go in lanes 0 and 1.
+  for (int b = 16 * spans; b < blocks;) {
+    const bool two = b + 1 < blocks && (b - 16 * spans) / 2 < pairs;
+    const size_t at = BITS == 4 ? static_cast<size_t>(spans) * 256 + (b - 16 * spans) / 2 * 32
+                                : static_cast<size_t>(spans) * 512 + (b - 16 * spans) / 2 * 64;
+    const int nb = two ? 2 : 1;
+    for (int i = 0; i < NW; i++) {
+      const S* si = sc + static_cast<size_t>(i) * blocks;
+      const S* bii = bi + static_cast<size_t>(i) * blocks;
+      const uint8_t* wi = w + i * rb + at;
+      __m256i wl[2];
+      if constexpr (BITS == 4) {
+        if (two) {
+          const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wi));
+          wl[0] = _mm256_and_si256(raw, m4);
+          wl[1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+        } else {
+          const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wi));
+          const __m128i l4 = _mm_set1_epi8(0x0F);
+          wl[0] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(raw, l4)),
+                                          _mm_and_si128(_mm_srli_epi16(raw, 4), l4), 1);
+        }
+      } else {
+        for (int e = 0; e < nb; e++) {
+          wl[e] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wi + 32 * e));
+        }
+      }
+      const float s0 = q8a_one(si + b), s1 = two ? q8a_one(si + b + 1) : s0;
+      const float c0 = pka_bias<S, BITS>(si, bii, b), c1 = two ? pka_bias<S, BITS>(si, bii, b + 1) : 0.0f;
+      for (int r = 0; r < M; r++) {
+        const int8_t* xr = xq + static_cast<size_t>(r) * j.k + (BITS == 4 ? 2 * at : at);
+        const float* drr = dr + static_cast<size_t>(r) * q.bp;
+        const float* srr = sr + static_cast<size_t>(r) * q.bp;
+        const float d0 = drr[b], d1 = two ? drr[b + 1] : d0;
+        const __m256 bv = _mm256_setr_ps(c0, c1, 0, 0, 0, 0, 0, 0);
+        const __m256 ds = _mm256_setr_ps(srr[b], two ? srr[b + 1] : 0.0f, 0, 0, 0, 0, 0, 0);
+        if constexpr (BITS == 4) {
+          const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr));
+          __m256i p16 = _mm256_maddubs_epi16(wl[0], x0);
+          __m256 sv = _mm256_set1_ps(s0), d = _mm256_set1_ps(d0);
+          if (two) {
+            const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr + 32));
+            p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(wl[1], x1));
+            sv = _mm256_setr_ps(s0, s0, s0, s0, s1, s1, s1, s1);
+            d = _mm256_setr_ps(d0, d0, d0, d0, d1, d1, d1, d1);
+          }
+          acc[i][r] = pka_lanes(acc[i][r], _mm256_madd_epi16(p16, ones), sv, d, bv, ds);
+        } else {
+          const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr));
+          acc[i][r] = pka_lanes(acc[i][r], pka_dot8(wl[0], x0), _mm256_set1_ps(s0), _mm256_set1_ps(d0), bv, ds);
+          if (two) {
+            const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr + 32));
+            acc[i][r] = pka_lanes(acc[i][r], pka_dot8(wl[1], x1), _mm256_set1_ps(s1), _mm256_set1_ps(d1),
+                                  _mm256_setzero_ps(), _mm256_setzero_ps());
+          }
+        }
+      }
+    }
+    b += nb;
+  }
+  for (int i = 0; i < NW; i++) {
+    for (int r = 0; r < M; r++) {
+      j.out[static_cast<size_t>(r0 + r) * j.n + n + i] = hsum(acc[i][r], _mm256_setzero_ps());
+    }
+  }
+}
+
+// pka_rows is pk_rows without VNNI: outputs [n0, n1) for every activation
+// row, pairs of outputs by up to four rows, rows in blocks of 32.
+template <typename S, int BITS>
+PROVIDER_AVX2 void pka_rows(const PJob& j, const PQ8& q, int n0, int n1) {
+  const size_t rb = static_cast<size_t>(j.k) * BITS / 8;
+  const int blocks = j.k / 32;
+  for (int rb0 = 0; rb0 < j.m; rb0 += 32) {
+    const int rb1 = std::min(j.m, rb0 + 32);
+    for (int n = n0; n < n1; n += 2) {
+      const int nw = std::min(2, n1 - n);
+      if (rb0 == 0 && n + nw < n1) {
+        const size_t ahead = static_cast<size_t>(n + nw);
+        const int next = std::min(2, n1 - n - nw);
+        prefetch_row(j.w + ahead * rb, static_cast<int>(next * rb),
+                     static_cast<const S*>(j.scales) + ahead * blocks, static_cast<const S*>(j.biases) + ahead * blocks,
+                     next * blocks * static_cast<int>(sizeof(S)));
+      }
+      for (int r0 = rb0; r0 < rb1; r0 += 4) {
+        by_shape(std::min(4, rb1 - r0), nw, [&]<int M, int NW>() { pka_tile<S, BITS, M, NW>(j, q, r0, n); });
+      }
+    }
+  }
+}
+
 #endif  // PROVIDER_X86
 
 // packed_ok reports whether the packed kernel can take weights of k
-// inputs at bits on this processor.
+// inputs at bits on this processor (pk_rows with VNNI, else pka_rows).
 bool packed_ok(int k, int bits) {
 #if PROVIDER_X86
-  return have_vnni() && (bits == 4 || bits == 8) && k > 0 && k % 32 == 0;
+  return (have_vnni() || have_avx2()) && (bits == 4 || bits == 8) && k > 0 && k % 32 == 0;
 #else
   (void)k;
   (void)bits;
@@ -1636,13 +1919,21 @@ void run_packed(const PJob& j) {
   q.dsx.resize(static_cast<size_t>(j.m) * q.bp);
   const int prep = std::max(1, std::min(j.m, Pool::get().threads() * 4));
   const int per = (j.m + prep - 1) / prep;
-  Pool::get().run(prep, [&](int t) { pq8_prepare512(j, q, t * per, std::min(j.m, (t + 1) * per)); });
+  const bool vnni = have_vnni();
+  Pool::get().run(prep, [&](int t) {
+    const int r0 = t * per, r1 = std::min(j.m, (t + 1) * per);
+    vnni ? pq8_prepare512(j, q, r0, r1) : pq8_prepare(j, q, r0, r1);
+  });
   const int chunk = std::max(2, std::min(16, j.n / (8 * Pool::get().threads())) / 2 * 2);
   const int tasks = (j.n + chunk - 1) / chunk;
   Pool::get().run(tasks, [&](int t) {
     const int n0 = t * chunk;
     const int n1 = std::min(j.n, n0 + chunk);
-    j.bits == 4 ? pk_rows<S, 4>(j, q, n0, n1) : pk_rows<S, 8>(j, q, n0, n1);
+    if (vnni) {
+      j.bits == 4 ? pk_rows<S, 4>(j, q, n0, n1) : pk_rows<S, 8>(j, q, n0, n1);
+    } else {
+      j.bits == 4 ? pka_rows<S, 4>(j, q, n0, n1) : pka_rows<S, 8>(j, q, n0, n1);
+    }
   });
 #else
   (void)j;

@@ -36,8 +36,8 @@ func (f *Frame) AffineLinearQ8(x, w, scales, biases Array, groupSize, bits int) 
 }
 
 // CPUInt8 reports whether AffineLinearQ8 takes its integer path on this
-// processor: AVX2, or AVX-512 VNNI, where 4- and 8-bit weights are also
-// packed for it (PackedQ8).
+// processor (AVX2, or AVX-512 VNNI); 4- and 8-bit weights can then also be
+// packed for AffineLinearPacked (PackedQ8).
 func CPUInt8() bool { return C.mlx_fast_cpu_int8() != 0 }
 
 // SetCPUThreads sets how many threads the CPU kernels use (0: one per
@@ -126,7 +126,8 @@ func CPUThreads() int { return int(C.mlx_fast_cpu_threads_in_use()) }
 func Version() string { return C.GoString(C.mlx_fast_version()) }
 
 // PackedQ8 reports whether PackQ8 takes weights of k inputs at bits on
-// this processor: AVX-512 VNNI, 4- or 8-bit weights, k whole blocks of 32.
+// this processor: AVX2 or AVX-512 VNNI, 4- or 8-bit weights, k whole
+// blocks of 32.
 func PackedQ8(k, bits int) bool { return C.mlx_fast_packed_ok(C.int(k), C.int(bits)) == 1 }
 
 // PackQ8 repacks 2-D affine quantized weights (groups a multiple of 32)

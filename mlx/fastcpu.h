@@ -17,7 +17,7 @@ int mlx_fast_affine_linear(mlx_array* res, const mlx_array x, const mlx_array w,
 
 // mlx_fast_affine_linear_q8 is mlx_fast_affine_linear with the activations
 // quantized to signed 8-bit blocks of 32 (a float scale each) and the
-// products taken in integers (AVX-512 VNNI), where the processor has it,
+// products taken in integers (AVX-512 VNNI or AVX2), where the processor has it,
 // the input length is whole chunks of 64 and the groups whole blocks of 32;
 // otherwise it is mlx_fast_affine_linear.
 int mlx_fast_affine_linear_q8(mlx_array* res, const mlx_array x, const mlx_array w, const mlx_array scales,
@@ -30,7 +30,7 @@ int mlx_fast_affine_linear_q8(mlx_array* res, const mlx_array x, const mlx_array
 // activations over them; mlx_fast_packed_embed gathers and dequantizes
 // rows of them for token ids, as mlx_dequantize would the originals. All
 // run on a CPU stream only, where mlx_fast_packed_ok(k, bits) is 1 (AVX-512
-// VNNI, bits 4 or 8, k whole blocks of 32).
+// VNNI or AVX2, bits 4 or 8, k whole blocks of 32).
 int mlx_fast_pack_q8(mlx_array* wp, mlx_array* sp, mlx_array* bp, const mlx_array w, const mlx_array scales,
                      const mlx_array biases, int group_size, int bits, const mlx_stream s);
 int mlx_fast_affine_linear_packed(mlx_array* res, const mlx_array x, const mlx_array w, const mlx_array scales,

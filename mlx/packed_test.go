@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"os/exec"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -44,7 +47,7 @@ func TestAffineLinearPacked(t *testing.T) {
 		defer s.Free()
 		defer SetCPUThreads(0)
 		if !PackedQ8(576, 4) {
-			t.Log("THIS PROCESSOR LACKS AVX-512 VNNI: the packed kernel cannot run here; only its refusal is checked")
+			t.Log("THIS PROCESSOR LACKS AVX2: the packed kernel cannot run here; only its refusal is checked")
 			f := NewFrame(s)
 			defer f.Free()
 			rng := rand.New(rand.NewPCG(1, 2))
@@ -107,6 +110,22 @@ func TestAffineLinearPacked(t *testing.T) {
 		checkBatchInvariant(t, f, rng, 7, 1536, 37, packedLinear(t, f, s))
 		checkBatchInvariant(t, f, rng, 9, 288, 9, packedLinear(t, f, s))
 	})
+}
+
+// TestAffineLinearPackedWithoutAVX512 runs TestAffineLinearPacked again
+// in a child process with AVX-512 off, so that a processor with VNNI checks
+// the AVX2 packed kernel (pka_rows) too.
+func TestAffineLinearPackedWithoutAVX512(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestAffineLinearPacked$", "-test.v")
+	cmd.Env = append(os.Environ(), "PROVIDER_CPU_AVX512=0")
+	raw, err := cmd.CombinedOutput()
+	t.Logf("child (AVX-512 off):\n%s", raw)
+	if err != nil {
+		t.Fatalf("child: %v", err)
+	}
+	if !strings.Contains(string(raw), "--- PASS: TestAffineLinearPacked ") || strings.Contains(string(raw), "LACKS AVX2") {
+		t.Fatal("child did not run TestAffineLinearPacked's kernel checks")
+	}
 }
 
 // TestPackedEmbed checks that rows gathered from packed weights equal

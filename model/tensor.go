@@ -125,7 +125,7 @@ type Weight struct {
 
 // Pack lays an Int8 weight out for the packed integer kernel where it
 // can take it (mlx.PackedQ8: a 2-D affine weight, groups a multiple of 32,
-// on a processor with AVX-512 VNNI), replacing its arrays; elsewhere it
+// on a processor with AVX2 or AVX-512 VNNI), replacing its arrays; elsewhere it
 // leaves w as it is. s is the CPU stream the weight lives on.
 func (w *Weight) Pack(s mlx.Stream) error {
 	if !w.Int8 || w.Packed || !w.Quantized() || !w.Biases.Valid() || w.W.Ndim() != 2 || w.GroupSize%32 != 0 {

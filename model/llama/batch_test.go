@@ -85,14 +85,14 @@ func TestBatchedForwardEqualsAlone(t *testing.T) {
 	}{
 		{"stories260K", storiesPath, 64, nil},
 		{"SmolLM2", smolPath, 24, nil},
-		// 8-bit activations, as serving runs on the CPU (the integer kernel:
-		// on weights packed for it where the processor has AVX-512 VNNI).
+		// 8-bit activations, as serving runs on the CPU (the integer kernel,
+		// on weights packed for it).
 		{"SmolLM2-int8", smolPath, 24, func(c *model.Config) { c.Int8Activations = true }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := loadWith(t, tc.path, tc.adjust)
 			if tc.adjust != nil && mlx.PackedQ8(576, 4) && !l.w.Get("model.layers.0.mlp.up_proj.weight").Packed {
-				t.Fatal("8-bit activations on a processor with VNNI, but the weights were not packed")
+				t.Fatal("8-bit activations on a processor with AVX2, but the weights were not packed")
 			}
 			prompts := encodePrompts(l, "Once upon a time", "The cat", "A long time ago in a small town there lived a boy who", "Hi")
 			together := greedy(t, l, prompts, tc.steps)
