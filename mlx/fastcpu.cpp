@@ -227,6 +227,24 @@ inline float to_float(S v) {
   return static_cast<float>(v);
 }
 
+// q8_block quantizes a block of 32 activations xb into t with scale d =
+// max|x| / 127 (round half to even, clamped to +-127) and returns the sum
+// of t.
+inline int q8_block(const float* xb, int8_t* t, float& d) {
+  float amax = 0;
+  for (int i = 0; i < 32; i++) {
+    amax = std::max(amax, std::fabs(xb[i]));
+  }
+  d = amax / 127.0f;
+  const float inv = amax > 0 ? 127.0f / amax : 0.0f;
+  int sum = 0;
+  for (int i = 0; i < 32; i++) {
+    t[i] = static_cast<int8_t>(std::clamp(static_cast<int>(std::nearbyint(xb[i] * inv)), -127, 127));
+    sum += t[i];
+  }
+  return sum;
+}
+
 struct Job {
   const float* x;  // [m, k]
   int m, k, n;
@@ -241,27 +259,31 @@ struct Job {
 
 #define PROVIDER_AVX2 __attribute__((target("avx2,fma,f16c")))
 
+// param_float is one group parameter (a scale or bias) as float.
+template <typename S>
+PROVIDER_AVX2 inline float param_float(const S* p) {
+  if constexpr (std::is_same_v<S, float>) {
+    return *p;
+  } else {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    if constexpr (std::is_same_v<S, mx::float16_t>) {
+      return _cvtsh_ss(h);
+    } else {
+      const uint32_t u = static_cast<uint32_t>(h) << 16;
+      float f;
+      std::memcpy(&f, &u, 4);
+      return f;
+    }
+  }
+}
+
 // group_params converts a row's group scales and biases to float.
 template <typename S>
 PROVIDER_AVX2 inline void group_params(const S* s, const S* b, int groups, float* fs, float* fb) {
   for (int g = 0; g < groups; g++) {
-    if constexpr (std::is_same_v<S, float>) {
-      fs[g] = s[g];
-      fb[g] = b[g];
-    } else if constexpr (std::is_same_v<S, mx::float16_t>) {
-      uint16_t sb, bb;
-      std::memcpy(&sb, s + g, 2);
-      std::memcpy(&bb, b + g, 2);
-      fs[g] = _cvtsh_ss(sb);
-      fb[g] = _cvtsh_ss(bb);
-    } else {
-      uint16_t sb, bb;
-      std::memcpy(&sb, s + g, 2);
-      std::memcpy(&bb, b + g, 2);
-      const uint32_t su = static_cast<uint32_t>(sb) << 16, bu = static_cast<uint32_t>(bb) << 16;
-      std::memcpy(fs + g, &su, 4);
-      std::memcpy(fb + g, &bu, 4);
-    }
+    fs[g] = param_float(s + g);
+    fb[g] = param_float(b + g);
   }
 }
 
@@ -636,6 +658,10 @@ bool have_vnni() {
   return ok;
 }
 
+// int8_isa reports whether the processor runs the integer kernels: AVX-512
+// VNNI (q8_rows, pk_rows) or AVX2 (q8a_rows, pka_rows).
+bool int8_isa() { return have_vnni() || have_avx2(); }
+
 // q8_ok reports whether the integer kernel takes a linear of k inputs,
 // groups of group_size and bits-bit weights: k whole chunks of 64, groups a
 // power of two from 32 to 512, 4 or 8 bits, and AVX2 (q8a_rows) or AVX-512
@@ -647,7 +673,7 @@ bool q8_ok(int k, int group_size, int bits) {
   if (group_size > 512 || (group_size & (group_size - 1)) != 0) {
     return false;
   }
-  return (bits == 4 || bits == 8) && (have_vnni() || have_avx2());
+  return (bits == 4 || bits == 8) && int8_isa();
 }
 
 // Q8 is a call's quantized activations: values [m, k] in the weights'
@@ -675,19 +701,7 @@ void q8_prepare(const Job& j, int bits, Q8& q, int r0, int r1) {
       float d[2];
       int8_t v[64];
       for (int h = 0; h < 2; h++) {
-        const float* xb = x + c * 64 + h * 32;
-        float amax = 0;
-        for (int i = 0; i < 32; i++) {
-          amax = std::max(amax, std::fabs(xb[i]));
-        }
-        d[h] = amax / 127.0f;
-        const float inv = amax > 0 ? 127.0f / amax : 0.0f;
-        int sum = 0;
-        for (int i = 0; i < 32; i++) {
-          const int qi = static_cast<int>(std::nearbyint(xb[i] * inv));
-          v[h * 32 + i] = static_cast<int8_t>(std::clamp(qi, -127, 127));
-          sum += v[h * 32 + i];
-        }
+        const int sum = q8_block(x + c * 64 + h * 32, v + h * 32, d[h]);
         dsx[2 * c + h] = d[h] * static_cast<float>(sum);
       }
       int8_t* dst = xq + c * 64;
@@ -906,25 +920,6 @@ PROVIDER_VNNI void q8_rows(const Job& j, const Q8& q, int n0, int n1, float* fs)
 // Group parameters are read where they lie, with no per-output copy: a
 // copy followed by a wide load of it stalls on store forwarding.
 
-// q8a_one is one group parameter as float.
-template <typename S>
-PROVIDER_AVX2 inline float q8a_one(const S* p) {
-  if constexpr (std::is_same_v<S, float>) {
-    return *p;
-  } else {
-    uint16_t h;
-    std::memcpy(&h, p, 2);
-    if constexpr (std::is_same_v<S, mx::float16_t>) {
-      return _cvtsh_ss(h);
-    } else {
-      const uint32_t u = static_cast<uint32_t>(h) << 16;
-      float f;
-      std::memcpy(&f, &u, 4);
-      return f;
-    }
-  }
-}
-
 // q8a_eight is eight group parameters as float.
 template <typename S>
 PROVIDER_AVX2 inline __m256 q8a_eight(const S* p) {
@@ -946,7 +941,7 @@ PROVIDER_AVX2 inline __m256 q8a_eight(const S* p) {
 template <typename S>
 PROVIDER_AVX2 inline __m256 q8a_scales(const S* s, int c, int per) {
   if (per > 0) {
-    return _mm256_set1_ps(q8a_one(s + c / per));
+    return _mm256_set1_ps(param_float(s + c / per));
   }
   __m128 two;
   if constexpr (std::is_same_v<S, float>) {
@@ -1007,8 +1002,8 @@ PROVIDER_AVX2 void q8a_direct(const Job& j, const Q8& q, int r0, const uint8_t* 
         s1[i] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wi + 32)), flip);
         u0[i] = _mm256_abs_epi8(s0[i]);
         u1[i] = _mm256_abs_epi8(s1[i]);
-        sv[i] = _mm256_set1_ps(q8a_one(si + (per > 0 ? c / per : 2 * c)));
-        sv1[i] = _mm256_set1_ps(q8a_one(si + (per > 0 ? c / per : 2 * c + 1)));
+        sv[i] = _mm256_set1_ps(param_float(si + (per > 0 ? c / per : 2 * c)));
+        sv1[i] = _mm256_set1_ps(param_float(si + (per > 0 ? c / per : 2 * c + 1)));
       }
     }
     for (int r = 0; r < M; r++) {
@@ -1047,7 +1042,7 @@ PROVIDER_AVX2 void q8a_direct(const Job& j, const Q8& q, int r0, const uint8_t* 
       }
       float rest = 0;
       for (; g < groups; g++) {
-        const float bg = BITS == 8 ? std::fma(q8a_one(s + g), 128.0f, q8a_one(b + g)) : q8a_one(b + g);
+        const float bg = BITS == 8 ? std::fma(param_float(s + g), 128.0f, param_float(b + g)) : param_float(b + g);
         rest = std::fma(bg, gx[g], rest);
       }
       j.out[static_cast<size_t>(r0 + r) * j.n + n + i] = hsum(acc[i][r], bias) + rest;
@@ -1372,7 +1367,7 @@ inline void pq8_place(int bits, int blocks, int8_t* xq, int b, const int8_t* t) 
   }
 }
 
-// pq8_prepare is pq8_prepare512 in plain C++ (q8_prepare's arithmetic):
+// pq8_prepare is pq8_prepare512 in plain C++ (q8_block, as q8_prepare):
 // the same bytes, scales and sums.
 void pq8_prepare(const PJob& j, PQ8& q, int r0, int r1) {
   const int blocks = j.k / 32;
@@ -1382,20 +1377,9 @@ void pq8_prepare(const PJob& j, PQ8& q, int r0, int r1) {
     float* d = q.d.data() + static_cast<size_t>(r) * q.bp;
     float* dsx = q.dsx.data() + static_cast<size_t>(r) * q.bp;
     for (int b = 0; b < blocks; b++) {
-      const float* xb = x + b * 32;
-      float amax = 0;
-      for (int i = 0; i < 32; i++) {
-        amax = std::max(amax, std::fabs(xb[i]));
-      }
-      const float inv = amax > 0 ? 127.0f / amax : 0.0f;
       int8_t t[32];
-      int sum = 0;
-      for (int i = 0; i < 32; i++) {
-        t[i] = static_cast<int8_t>(std::clamp(static_cast<int>(std::nearbyint(xb[i] * inv)), -127, 127));
-        sum += t[i];
-      }
+      const int sum = q8_block(x + b * 32, t, d[b]);
       pq8_place(j.bits, blocks, xq, b, t);
-      d[b] = amax / 127.0f;
       dsx[b] = d[b] * static_cast<float>(sum);
     }
     for (int b = blocks; b < q.bp; b++) {
@@ -1705,8 +1689,8 @@ PROVIDER_AVX2 inline __m256i pka_dot8(__m256i w, __m256i x) {
 // corrected by 128 * its scale.
 template <typename S, int BITS>
 PROVIDER_AVX2 inline float pka_bias(const S* sc, const S* bi, int b) {
-  const float v = q8a_one(bi + b);
-  return BITS == 8 ? std::fma(q8a_one(sc + b), 128.0f, v) : v;
+  const float v = param_float(bi + b);
+  return BITS == 8 ? std::fma(param_float(sc + b), 128.0f, v) : v;
 }
 
 // pka_tile is pk_tile without VNNI: outputs n .. n+NW-1 for activation
@@ -1829,7 +1813,7 @@ PROVIDER_AVX2 void pka_tile(const PJob& j, const PQ8& q, int r0, int n) {
           wl[e] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wi + 32 * e));
         }
       }
-      const float s0 = q8a_one(si + b), s1 = two ? q8a_one(si + b + 1) : s0;
+      const float s0 = param_float(si + b), s1 = two ? param_float(si + b + 1) : s0;
       const float c0 = pka_bias<S, BITS>(si, bii, b), c1 = two ? pka_bias<S, BITS>(si, bii, b + 1) : 0.0f;
       for (int r = 0; r < M; r++) {
         const int8_t* xr = xq + static_cast<size_t>(r) * j.k + (BITS == 4 ? 2 * at : at);
@@ -1899,7 +1883,7 @@ PROVIDER_AVX2 void pka_rows(const PJob& j, const PQ8& q, int n0, int n1) {
 // inputs at bits on this processor (pk_rows with VNNI, else pka_rows).
 bool packed_ok(int k, int bits) {
 #if PROVIDER_X86
-  return (have_vnni() || have_avx2()) && (bits == 4 || bits == 8) && k > 0 && k % 32 == 0;
+  return int8_isa() && (bits == 4 || bits == 8) && k > 0 && k % 32 == 0;
 #else
   (void)k;
   (void)bits;
@@ -3244,7 +3228,7 @@ int mlx_fast_stream_is_cpu(const mlx_stream s) {
 
 int mlx_fast_cpu_int8() {
 #if PROVIDER_X86
-  return q8_ok(64, 32, 4) ? 1 : 0;
+  return int8_isa() ? 1 : 0;
 #else
   return 0;
 #endif

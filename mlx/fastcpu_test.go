@@ -350,15 +350,23 @@ func TestAffineLinearSameWithoutAVX512(t *testing.T) {
 // integer kernel (q8a_rows) too: on such a processor the parent's run took
 // the VNNI kernel only.
 func TestAffineLinearQ8WithoutAVX512(t *testing.T) {
-	cmd := exec.Command(os.Args[0], "-test.run", "^TestAffineLinearQ8$", "-test.v")
+	withoutAVX512(t, "TestAffineLinearQ8")
+}
+
+// withoutAVX512 runs test again in a child process with AVX-512 off and
+// requires it to pass, its kernel checks run (not refused for a processor
+// without AVX2).
+func withoutAVX512(t *testing.T, test string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run", "^"+test+"$", "-test.v")
 	cmd.Env = append(os.Environ(), "PROVIDER_CPU_AVX512=0")
 	raw, err := cmd.CombinedOutput()
 	t.Logf("child (AVX-512 off):\n%s", raw)
 	if err != nil {
 		t.Fatalf("child: %v", err)
 	}
-	if !strings.Contains(string(raw), "--- PASS: TestAffineLinearQ8 ") {
-		t.Fatal("child did not run TestAffineLinearQ8")
+	if !strings.Contains(string(raw), "--- PASS: "+test+" ") || strings.Contains(string(raw), "LACKS AVX2") {
+		t.Fatalf("child did not run %s's kernel checks", test)
 	}
 }
 

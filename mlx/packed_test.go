@@ -4,10 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
-	"os/exec"
 	"slices"
-	"strings"
 	"testing"
 )
 
@@ -116,16 +113,7 @@ func TestAffineLinearPacked(t *testing.T) {
 // in a child process with AVX-512 off, so that a processor with VNNI checks
 // the AVX2 packed kernel (pka_rows) too.
 func TestAffineLinearPackedWithoutAVX512(t *testing.T) {
-	cmd := exec.Command(os.Args[0], "-test.run", "^TestAffineLinearPacked$", "-test.v")
-	cmd.Env = append(os.Environ(), "PROVIDER_CPU_AVX512=0")
-	raw, err := cmd.CombinedOutput()
-	t.Logf("child (AVX-512 off):\n%s", raw)
-	if err != nil {
-		t.Fatalf("child: %v", err)
-	}
-	if !strings.Contains(string(raw), "--- PASS: TestAffineLinearPacked ") || strings.Contains(string(raw), "LACKS AVX2") {
-		t.Fatal("child did not run TestAffineLinearPacked's kernel checks")
-	}
+	withoutAVX512(t, "TestAffineLinearPacked")
 }
 
 // TestPackedEmbed checks that rows gathered from packed weights equal
