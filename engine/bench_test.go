@@ -10,6 +10,7 @@ import (
 
 	"github.com/goprovider/provider/engine"
 	"github.com/goprovider/provider/engine/enginetest"
+	"github.com/goprovider/provider/mlx"
 )
 
 // BenchmarkSmolLM2Throughput reports output tokens per second of the whole
@@ -18,6 +19,13 @@ import (
 // default), each with the host's build and wait time per step and the
 // median time from a request's submission to its first token.
 func BenchmarkSmolLM2Throughput(b *testing.B) {
+	// The kernel threads wait between kernels as serve's do.
+	us, err := mlx.ServeCPUSpin()
+	if err != nil {
+		b.Fatal(err)
+	}
+	before := mlx.SetCPUSpin(us)
+	defer mlx.SetCPUSpin(before)
 	for _, mode := range []string{"ahead", "stepped"} {
 		b.Run(mode, func(b *testing.B) { benchThroughput(b, mode == "ahead") })
 	}

@@ -6,7 +6,12 @@ package mlx
 */
 import "C"
 
-import "unsafe"
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"unsafe"
+)
 
 // AffineLinear computes x @ dequantize(w).T for MLX affine quantized
 // weights. On a CPU stream with 4- or 8-bit weights it runs the package's
@@ -44,6 +49,28 @@ func CPUInt8() bool { return C.mlx_fast_cpu_int8() != 0 }
 // hardware thread, the default unless PROVIDER_CPU_THREADS is set) and
 // returns the number now in use.
 func SetCPUThreads(n int) int { return int(C.mlx_fast_cpu_threads(C.int(n))) }
+
+// SetCPUSpin sets how many microseconds the CPU kernels' threads wait
+// awake for the next kernel before they sleep (200 unless set; negative:
+// 0), and returns the previous setting. A server that owns the processors wants them awake
+// across the host's work between two decode steps (ServeCPUSpin); awake
+// threads slow other processes that share the processors.
+func SetCPUSpin(us int) int { return int(C.mlx_fast_cpu_spin(C.int(us))) }
+
+// ServeCPUSpin is the kernel threads' wait (SetCPUSpin) for a process that
+// serves a model: PROVIDER_CPU_SPIN_US's value, a count of microseconds,
+// or 2000 where it is unset.
+func ServeCPUSpin() (int, error) {
+	v := os.Getenv("PROVIDER_CPU_SPIN_US")
+	if v == "" {
+		return 2000, nil
+	}
+	us, err := strconv.Atoi(v)
+	if err != nil || us < 0 {
+		return 0, fmt.Errorf("PROVIDER_CPU_SPIN_US=%q: want a count of microseconds", v)
+	}
+	return us, nil
+}
 
 // The MLX implementations the fused CPU ops replace, for comparison in
 // tests.

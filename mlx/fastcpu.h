@@ -86,6 +86,11 @@ int mlx_fast_cpu_int8(void);
 // hardware thread) and returns the number in use.
 int mlx_fast_cpu_threads(int n);
 
+// mlx_fast_cpu_spin sets how many microseconds the CPU kernels' threads
+// wait awake for the next kernel before they sleep (negative: 0), and
+// returns the previous setting.
+int mlx_fast_cpu_spin(int us);
+
 // mlx_fast_version is the MLX library's version string (static storage).
 const char* mlx_fast_version(void);
 

@@ -507,8 +507,9 @@ func BenchmarkDecodeMatmuls(b *testing.B) {
 	th := NewThread()
 	defer th.Close()
 	type mat struct {
-		w, sc, bi Array
-		k, bits   int
+		w, sc, bi  Array
+		pw, ps, pb Array // packed (PackQ8), where this processor takes it
+		k, bits    int
 	}
 	var (
 		s    Stream
@@ -524,15 +525,21 @@ func BenchmarkDecodeMatmuls(b *testing.B) {
 		for range 30 {
 			for _, sh := range shapes {
 				w, sc, bi := quantized(f, rng, sh[0], sh[1], 32, 4, Float16)
-				mats = append(mats, mat{w, sc, bi, sh[1], 4})
+				mats = append(mats, mat{w: w, sc: sc, bi: bi, k: sh[1], bits: 4})
 			}
 		}
 		w, sc, bi := quantized(f, rng, 49152, 576, 32, 8, Float16)
-		mats = append(mats, mat{w, sc, bi, 576, 8})
+		mats = append(mats, mat{w: w, sc: sc, bi: bi, k: 576, bits: 8})
 		xs = map[int]Array{576: randomRows(f, rng, 1, 576), 1536: randomRows(f, rng, 1, 1536)}
-		for _, m := range mats {
+		for i := range mats {
+			m := &mats[i]
 			if err = f.Eval(m.w, m.sc, m.bi); err != nil {
 				return
+			}
+			if PackedQ8(m.k, m.bits) {
+				if m.pw, m.ps, m.pb, err = PackQ8(s, m.w, m.sc, m.bi, 32, m.bits); err != nil {
+					return
+				}
 			}
 		}
 		err = f.Eval(xs[576], xs[1536])
@@ -541,16 +548,27 @@ func BenchmarkDecodeMatmuls(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer th.Do(func() { s.Free() })
-	for _, kernel := range []string{"float", "q8"} {
+	var bytes int64
+	for _, m := range mats {
+		bytes += int64(m.w.Nbytes() + m.sc.Nbytes() + m.bi.Nbytes())
+	}
+	for _, kernel := range []string{"float", "q8", "packed"} {
 		b.Run(kernel, func(b *testing.B) {
+			if kernel == "packed" && !mats[0].pw.Valid() {
+				b.Skip("this processor has neither AVX2 nor AVX-512 VNNI: no packed kernel")
+			}
+			b.SetBytes(bytes)
 			th.Do(func() {
 				for range b.N {
 					g := NewFrame(s)
 					outs := make([]Array, 0, len(mats))
 					for _, m := range mats {
-						if kernel == "q8" {
+						switch kernel {
+						case "packed":
+							outs = append(outs, g.AffineLinearPacked(xs[m.k], m.pw, m.ps, m.pb, m.bits))
+						case "q8":
 							outs = append(outs, g.AffineLinearQ8(xs[m.k], m.w, m.sc, m.bi, 32, m.bits))
-						} else {
+						default:
 							outs = append(outs, g.AffineLinear(xs[m.k], m.w, m.sc, m.bi, 32, m.bits))
 						}
 					}
@@ -561,5 +579,36 @@ func BenchmarkDecodeMatmuls(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// TestServeCPUSpin reads PROVIDER_CPU_SPIN_US: a count of microseconds,
+// 2000 where unset, and a loud error for anything else; SetCPUSpin turns
+// a negative value into 0 and returns the setting it replaced.
+func TestServeCPUSpin(t *testing.T) {
+	for _, c := range []struct {
+		env  string
+		want int
+		bad  bool
+	}{{"", 2000, false}, {"0", 0, false}, {"350", 350, false}, {"-1", 0, true}, {"2ms", 0, true}} {
+		t.Setenv("PROVIDER_CPU_SPIN_US", c.env)
+		got, err := ServeCPUSpin()
+		if c.bad {
+			if err == nil || !strings.Contains(err.Error(), "PROVIDER_CPU_SPIN_US") {
+				t.Errorf("PROVIDER_CPU_SPIN_US=%q: error %v, want one naming the variable", c.env, err)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("PROVIDER_CPU_SPIN_US=%q: %d, %v; want %d", c.env, got, err, c.want)
+		}
+	}
+	before := SetCPUSpin(-5)
+	defer SetCPUSpin(before)
+	if got := SetCPUSpin(1500); got != 0 {
+		t.Errorf("after SetCPUSpin(-5), SetCPUSpin returned %d, want 0", got)
+	}
+	if got := SetCPUSpin(before); got != 1500 {
+		t.Errorf("after SetCPUSpin(1500), SetCPUSpin returned %d, want 1500", got)
 	}
 }

@@ -35,7 +35,7 @@ func runGenerate(args []string) error {
 	device := fs.String("device", "auto", "auto, cpu or gpu")
 	tf := addTPFlags(fs)
 	cmd := command{name: "generate", synopsis: "Stream a completion of one prompt to stdout (statistics to stderr). Without --prompt, a prompt piped on stdin is read; from a terminal, generation starts from the BOS token alone. A first Ctrl-C stops the generation, a second exits at once.",
-		env: map[string]string{"device": "PROVIDER_CPU_THREADS, PROVIDER_CPU_INT8"}}
+		env: map[string]string{"device": "PROVIDER_CPU_THREADS, PROVIDER_CPU_INT8, PROVIDER_CPU_SPIN_US"}}
 	if err := cmd.parse(fs, args, os.Stdout); err != nil {
 		return err
 	}

@@ -16,6 +16,12 @@ import (
 var binPath string
 
 func TestMain(m *testing.M) {
+	// The servers these tests start share the processors with other
+	// packages' tests: their kernel threads go to sleep soon, where
+	// serve's default would keep them awake (mlx.ServeCPUSpin).
+	if os.Getenv("PROVIDER_CPU_SPIN_US") == "" {
+		os.Setenv("PROVIDER_CPU_SPIN_US", "200")
+	}
 	dir, err := os.MkdirTemp("", "provider-cli")
 	if err != nil {
 		panic(err)

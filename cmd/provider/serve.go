@@ -116,7 +116,7 @@ func runServe(args []string) error {
 	addConfigFlag(fs)
 	cmd := command{name: "serve", config: serveConfigKeys(),
 		synopsis: "Serve models over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, /v1/models, /health, /metrics). The --model models load and pass a one-token self-test before the port opens; --models-dir models load on demand.",
-		env:      map[string]string{"prefix-cache-bytes": "PROVIDER_PREFIX_CACHE=0 turns the cache off, PROVIDER_PREFIX_CACHE_SSD=0 its SSD tier", "device": "PROVIDER_CPU_THREADS, PROVIDER_CPU_INT8"}}
+		env:      map[string]string{"prefix-cache-bytes": "PROVIDER_PREFIX_CACHE=0 turns the cache off, PROVIDER_PREFIX_CACHE_SSD=0 its SSD tier", "device": "PROVIDER_CPU_THREADS, PROVIDER_CPU_INT8, PROVIDER_CPU_SPIN_US"}}
 	if err := cmd.parse(fs, args, os.Stdout); err != nil {
 		return err
 	}
@@ -486,9 +486,18 @@ func loadModel(open func() (*model.Model, string, weightSource, error), device s
 // any processor (without AVX2 the kernel is the float one). On a
 // GPU: activations and the KV cache in Config.AcceleratorDType (the
 // checkpoint's half type), or in the type PROVIDER_GPU_DTYPE names
-// (float32, float16, bfloat16).
+// (float32, float16, bfloat16). On the CPU it also sets how long the kernel
+// threads wait awake between kernels (PROVIDER_CPU_SPIN_US, 2000
+// microseconds by default).
 func numerics(c *model.Config, s mlx.Stream) error {
 	if s.IsCPU() {
+		// The kernel threads stay awake across the host's work between
+		// two steps (mlx.ServeCPUSpin).
+		us, err := mlx.ServeCPUSpin()
+		if err != nil {
+			return err
+		}
+		mlx.SetCPUSpin(us)
 		c.ActDType = mlx.Float32
 		switch v := os.Getenv("PROVIDER_CPU_INT8"); v {
 		case "":

@@ -15,6 +15,7 @@ import (
 // and greedy decode of 64 tokens; compare with scripts/bench_llamacpp.py on
 // the same weights.
 func BenchmarkSmolLM2(b *testing.B) {
+	servedSpin(b)
 	l := load(b, smolPath)
 	const promptLen, decode = 128, 64
 	prompt := make([]int32, promptLen)
@@ -53,6 +54,7 @@ func BenchmarkSmolLM2(b *testing.B) {
 // BenchmarkSmolLM2DecodeStep times one decode step of rows sequences that
 // each hold a 128-token prompt: the engine's step at that batch size.
 func BenchmarkSmolLM2DecodeStep(b *testing.B) {
+	servedSpin(b)
 	for _, num := range benchNumerics {
 		l := loadWith(b, smolPath, num.adjust)
 		for _, rows := range []int{1, 8, 32} {
@@ -105,6 +107,7 @@ var benchNumerics = []struct {
 // 128-token prompts together, as the engine does when requests arrive at
 // once.
 func BenchmarkSmolLM2PrefillStep(b *testing.B) {
+	servedSpin(b)
 	for _, num := range benchNumerics {
 		l := loadWith(b, smolPath, num.adjust)
 		for _, rows := range []int{1, 4, 16} {

@@ -23,6 +23,18 @@ type loaded struct {
 	st  *model.Stepper
 }
 
+// servedSpin makes the CPU kernels' threads wait between kernels as
+// serve's do (mlx.ServeCPUSpin, PROVIDER_CPU_SPIN_US) for the rest of b,
+// so that the step benchmarks time the step a server runs.
+func servedSpin(b *testing.B) {
+	us, err := mlx.ServeCPUSpin()
+	if err != nil {
+		b.Fatal(err)
+	}
+	before := mlx.SetCPUSpin(us)
+	b.Cleanup(func() { mlx.SetCPUSpin(before) })
+}
+
 // load opens a real checkpoint; a missing SmolLM2 is a setup error, never a
 // skip.
 func load(tb testing.TB, path string) *loaded {
