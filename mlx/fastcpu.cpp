@@ -1501,13 +1501,7 @@ inline PTileAt<S> ptile_at(const PJob& j, const PQ8& q, int bits, int r0, int n)
 // every tile shape, batch and thread split.
 template <typename S, int BITS, int M, int NW>
 PROVIDER_VNNI void pk_tile(const PJob& j, const PQ8& q, int r0, int n) {
-  const PTileAt<S> pt = ptile_at<S>(j, q, BITS, r0, n);
-  const int blocks = pt.blocks, spans = pt.spans, pairs = pt.pairs;
-  const size_t rb = pt.rb;
-  const uint8_t* w = pt.w;
-  const S *sc = pt.sc, *bi = pt.bi;
-  const int8_t* xq = pt.xq;
-  const float *dr = pt.dr, *sr = pt.sr;
+  const auto [blocks, spans, pairs, rb, w, sc, bi, xq, dr, sr] = ptile_at<S>(j, q, BITS, r0, n);
   __m512 acc[NW][M];
   #pragma GCC unroll 16
   for (int i = 0; i < NW; i++) {
@@ -1743,13 +1737,7 @@ PROVIDER_AVX2 inline float pka_bias(const S* sc, const S* bi, int b) {
 // same for every tile shape, batch and thread split.
 template <typename S, int BITS, int M, int NW>
 PROVIDER_AVX2 void pka_tile(const PJob& j, const PQ8& q, int r0, int n) {
-  const PTileAt<S> pt = ptile_at<S>(j, q, BITS, r0, n);
-  const int blocks = pt.blocks, spans = pt.spans, pairs = pt.pairs;
-  const size_t rb = pt.rb;
-  const uint8_t* w = pt.w;
-  const S *sc = pt.sc, *bi = pt.bi;
-  const int8_t* xq = pt.xq;
-  const float *dr = pt.dr, *sr = pt.sr;
+  const auto [blocks, spans, pairs, rb, w, sc, bi, xq, dr, sr] = ptile_at<S>(j, q, BITS, r0, n);
   const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
   __m256 acc[NW][M];
   for (int i = 0; i < NW; i++) {
