@@ -20,12 +20,11 @@ import (
 // median time from a request's submission to its first token.
 func BenchmarkSmolLM2Throughput(b *testing.B) {
 	// The kernel threads wait between kernels as serve's do.
-	us, err := mlx.ServeCPUSpin()
+	restore, err := mlx.UseServeCPUSpin()
 	if err != nil {
 		b.Fatal(err)
 	}
-	before := mlx.SetCPUSpin(us)
-	defer mlx.SetCPUSpin(before)
+	defer restore()
 	for _, mode := range []string{"ahead", "stepped"} {
 		b.Run(mode, func(b *testing.B) { benchThroughput(b, mode == "ahead") })
 	}

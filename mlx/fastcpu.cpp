@@ -574,6 +574,17 @@ inline void prefetch_row(const void* w, int wbytes, const void* s, const void* b
   }
 }
 
+// prefetch_outputs is prefetch_row for count consecutive outputs from
+// output ahead, each of rb weight bytes and groups group parameters of
+// type S: the next outputs a kernel's task computes.
+template <typename S>
+inline void prefetch_outputs(const void* w, const void* scales, const void* biases, size_t rb, int groups, size_t ahead,
+                             int count) {
+  prefetch_row(static_cast<const char*>(w) + ahead * rb, static_cast<int>(count * rb),
+               static_cast<const S*>(scales) + ahead * groups, static_cast<const S*>(biases) + ahead * groups,
+               count * groups * static_cast<int>(sizeof(S)));
+}
+
 // rows512 is rows_avx2 with direct512. It is a copy, not a template over
 // the two: a function compiled for the AVX-512 target may use AVX-512
 // instructions anywhere in its body, so the AVX2 path must not share one.
@@ -585,8 +596,7 @@ PROVIDER_AVX512 void rows512(const Job& j, int n0, int n1, float* fs, float* fb)
   const S* bi = static_cast<const S*>(j.biases);
   for (int n = n0; n < n1; n++) {
     if (n + 2 < n1) {
-      prefetch_row(j.w + static_cast<size_t>(n + 2) * words, words * 4, sc + static_cast<size_t>(n + 2) * groups,
-                   bi + static_cast<size_t>(n + 2) * groups, groups * static_cast<int>(sizeof(S)));
+      prefetch_outputs<S>(j.w, sc, bi, static_cast<size_t>(words) * 4, groups, n + 2, 1);
     }
     const uint32_t* row = j.w + static_cast<size_t>(n) * words;
     group_params<S>(sc + static_cast<size_t>(n) * groups, bi + static_cast<size_t>(n) * groups, groups, fs, fb);
@@ -925,11 +935,9 @@ PROVIDER_VNNI void q8_rows(const Job& j, const Q8& q, int n0, int n1, float* fs)
     const S* s = sc + static_cast<size_t>(n) * groups;
     const S* b = bi + static_cast<size_t>(n) * groups;
     const int gs = (groups + 15) / 16 * 16;
-    // The next pair's weights and group parameters (prefetch_row).
+    // The next pair's weights and group parameters.
     if (n + 2 < n1) {
-      const size_t ahead = static_cast<size_t>(n + 2);
-      prefetch_row(reinterpret_cast<const char*>(j.w) + ahead * bytes, 2 * bytes, sc + ahead * groups,
-                   bi + ahead * groups, 2 * groups * static_cast<int>(sizeof(S)));
+      prefetch_outputs<S>(j.w, sc, bi, bytes, groups, n + 2, std::min(2, n1 - n - 2));
     }
     for (int i = 0; i < nw; i++) {
       for (int g = 0; g < groups; g += 16) {
@@ -1126,9 +1134,7 @@ PROVIDER_AVX2 void q8a_rows(const Job& j, const Q8& q, int n0, int n1) {
     const S* s = sc + static_cast<size_t>(n) * groups;
     const S* b = bi + static_cast<size_t>(n) * groups;
     if (n + 2 < n1) {
-      const size_t ahead = static_cast<size_t>(n + 2);
-      prefetch_row(reinterpret_cast<const char*>(j.w) + ahead * bytes, 2 * bytes, sc + ahead * groups,
-                   bi + ahead * groups, 2 * groups * static_cast<int>(sizeof(S)));
+      prefetch_outputs<S>(j.w, sc, bi, bytes, groups, n + 2, std::min(2, n1 - n - 2));
     }
     for (int r0 = 0; r0 < j.m; r0 += 4) {
       by_shape(std::min(4, j.m - r0), nw, [&]<int M, int NW>() {
@@ -1181,9 +1187,19 @@ void rows_portable(const Job& j, int n0, int n1, float* buf) {
 
 template <typename S>
 void run_job(const Job& j) {
-  // Tasks of a few output rows: enough of them to balance the threads, each
-  // long enough to amortize taking it.
-  const int chunk = std::max(1, std::min(16, j.n / (8 * Pool::get().threads())));
+  // The AVX-512 direct kernel prefetches each next output's weights, so it
+  // takes about four tasks a thread of up to 256 outputs, as run_packed's
+  // (a one-row SmolLM2-135M step 15 % faster than with tasks of 16). The
+  // others take tasks of a few outputs, enough of them to balance the
+  // threads: the unpacking kernels' buffer stays in cache, and the AVX2
+  // direct kernel, which does not prefetch, gained nothing from more.
+#if PROVIDER_X86
+  const bool direct = have_avx512() && j.m <= direct_rows512();
+#else
+  const bool direct = false;
+#endif
+  const int chunk = direct ? std::max(1, std::min(256, j.n / (4 * Pool::get().threads())))
+                           : std::max(1, std::min(16, j.n / (8 * Pool::get().threads())));
   const int tasks = (j.n + chunk - 1) / chunk;
   Pool::get().run(tasks, [&](int t) {
     thread_local std::vector<float> buf, fs, fb;
@@ -1231,8 +1247,9 @@ void run_job_q8(const Job& j) {
   const int per = (j.m + prep - 1) / prep;
   Pool::get().run(prep, [&](int t) { q8_prepare(j, j.bits, q, t * per, std::min(j.m, (t + 1) * per)); });
   // Tasks of an even number of output rows (outputs are computed in
-  // pairs), enough of them to balance the threads.
-  const int chunk = std::max(2, std::min(16, j.n / (8 * Pool::get().threads())) / 2 * 2);
+  // pairs), about four a thread of up to 256 outputs: both kernels
+  // prefetch the next pair's weights, as run_packed's do.
+  const int chunk = std::max(2, std::min(256, j.n / (4 * Pool::get().threads())) / 2 * 2);
   const int tasks = (j.n + chunk - 1) / chunk;
   if (!have_vnni()) {
     q8a_group_sums(j, q);
@@ -1678,11 +1695,7 @@ PROVIDER_VNNI void pk_rows(const PJob& j, const PQ8& q, int n0, int n1) {
       const int nw = n1 - n >= 4 ? 4 : std::min(2, n1 - n);
       if (rb0 == 0 && n + nw < n1) {
         // The next tile's weights and block parameters.
-        const size_t ahead = static_cast<size_t>(n + nw);
-        const int next = std::min(nw, n1 - n - nw);
-        prefetch_row(j.w + ahead * rb, static_cast<int>(next * rb),
-                     static_cast<const S*>(j.scales) + ahead * blocks, static_cast<const S*>(j.biases) + ahead * blocks,
-                     next * blocks * static_cast<int>(sizeof(S)));
+        prefetch_outputs<S>(j.w, j.scales, j.biases, rb, blocks, n + nw, std::min(nw, n1 - n - nw));
       }
       for (int r0 = rb0; r0 < rb1; r0 += 4) {
         const int m = std::min(4, rb1 - r0);
@@ -1895,11 +1908,7 @@ PROVIDER_AVX2 void pka_rows(const PJob& j, const PQ8& q, int n0, int n1) {
     for (int n = n0; n < n1; n += 2) {
       const int nw = std::min(2, n1 - n);
       if (rb0 == 0 && n + nw < n1) {
-        const size_t ahead = static_cast<size_t>(n + nw);
-        const int next = std::min(2, n1 - n - nw);
-        prefetch_row(j.w + ahead * rb, static_cast<int>(next * rb),
-                     static_cast<const S*>(j.scales) + ahead * blocks, static_cast<const S*>(j.biases) + ahead * blocks,
-                     next * blocks * static_cast<int>(sizeof(S)));
+        prefetch_outputs<S>(j.w, j.scales, j.biases, rb, blocks, n + nw, std::min(2, n1 - n - nw));
       }
       for (int r0 = rb0; r0 < rb1; r0 += 4) {
         by_shape(std::min(4, rb1 - r0), nw, [&]<int M, int NW>() { pka_tile<S, BITS, M, NW>(j, q, r0, n); });

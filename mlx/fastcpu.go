@@ -52,9 +52,10 @@ func SetCPUThreads(n int) int { return int(C.mlx_fast_cpu_threads(C.int(n))) }
 
 // SetCPUSpin sets how many microseconds the CPU kernels' threads wait
 // awake for the next kernel before they sleep (200 unless set; negative:
-// 0), and returns the previous setting. A server that owns the processors wants them awake
-// across the host's work between two decode steps (ServeCPUSpin); awake
-// threads slow other processes that share the processors.
+// 0), and returns the previous setting. A server that owns the processors
+// wants them awake across the host's work between two decode steps
+// (ServeCPUSpin); awake threads slow other processes that share the
+// processors.
 func SetCPUSpin(us int) int { return int(C.mlx_fast_cpu_spin(C.int(us))) }
 
 // ServeCPUSpin is the kernel threads' wait (SetCPUSpin) for a process that
@@ -70,6 +71,17 @@ func ServeCPUSpin() (int, error) {
 		return 0, fmt.Errorf("PROVIDER_CPU_SPIN_US=%q: want a count of microseconds", v)
 	}
 	return us, nil
+}
+
+// UseServeCPUSpin sets the kernel threads' wait to ServeCPUSpin's and
+// returns a function that puts back the wait it replaced.
+func UseServeCPUSpin() (restore func(), err error) {
+	us, err := ServeCPUSpin()
+	if err != nil {
+		return nil, err
+	}
+	before := SetCPUSpin(us)
+	return func() { SetCPUSpin(before) }, nil
 }
 
 // The MLX implementations the fused CPU ops replace, for comparison in

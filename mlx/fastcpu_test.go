@@ -584,7 +584,8 @@ func BenchmarkDecodeMatmuls(b *testing.B) {
 
 // TestServeCPUSpin reads PROVIDER_CPU_SPIN_US: a count of microseconds,
 // 2000 where unset, and a loud error for anything else; SetCPUSpin turns
-// a negative value into 0 and returns the setting it replaced.
+// a negative value into 0 and returns the setting it replaced, and
+// UseServeCPUSpin's restore puts it back.
 func TestServeCPUSpin(t *testing.T) {
 	for _, c := range []struct {
 		env  string
@@ -610,5 +611,24 @@ func TestServeCPUSpin(t *testing.T) {
 	}
 	if got := SetCPUSpin(before); got != 1500 {
 		t.Errorf("after SetCPUSpin(1500), SetCPUSpin returned %d, want 1500", got)
+	}
+	// UseServeCPUSpin sets serve's wait and restore puts back the one it
+	// replaced; a bad variable changes nothing.
+	SetCPUSpin(70)
+	t.Setenv("PROVIDER_CPU_SPIN_US", "2ms")
+	if _, err := UseServeCPUSpin(); err == nil {
+		t.Error("UseServeCPUSpin with PROVIDER_CPU_SPIN_US=2ms: no error")
+	}
+	t.Setenv("PROVIDER_CPU_SPIN_US", "350")
+	restore, err := UseServeCPUSpin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := SetCPUSpin(350); got != 350 {
+		t.Errorf("after UseServeCPUSpin with PROVIDER_CPU_SPIN_US=350, the wait is %d", got)
+	}
+	restore()
+	if got := SetCPUSpin(before); got != 70 {
+		t.Errorf("after restore, the wait is %d, want the 70 it replaced", got)
 	}
 }

@@ -493,11 +493,9 @@ func numerics(c *model.Config, s mlx.Stream) error {
 	if s.IsCPU() {
 		// The kernel threads stay awake across the host's work between
 		// two steps (mlx.ServeCPUSpin).
-		us, err := mlx.ServeCPUSpin()
-		if err != nil {
+		if _, err := mlx.UseServeCPUSpin(); err != nil {
 			return err
 		}
-		mlx.SetCPUSpin(us)
 		c.ActDType = mlx.Float32
 		switch v := os.Getenv("PROVIDER_CPU_INT8"); v {
 		case "":

@@ -27,12 +27,11 @@ type loaded struct {
 // serve's do (mlx.ServeCPUSpin, PROVIDER_CPU_SPIN_US) for the rest of b,
 // so that the step benchmarks time the step a server runs.
 func servedSpin(b *testing.B) {
-	us, err := mlx.ServeCPUSpin()
+	restore, err := mlx.UseServeCPUSpin()
 	if err != nil {
 		b.Fatal(err)
 	}
-	before := mlx.SetCPUSpin(us)
-	b.Cleanup(func() { mlx.SetCPUSpin(before) })
+	b.Cleanup(restore)
 }
 
 // load opens a real checkpoint; a missing SmolLM2 is a setup error, never a
