@@ -1,12 +1,11 @@
 # Sourced on the GPU machine from the repository root (see prepare.sh):
 # unpacks the carried MLX CUDA site, binaries and tokenizers once, then
 # sets the environment that runs them.
-# Its own folder holds the tarball's last part; the earlier ones were
-# copied to /tmp/stage by the calls before.
+# The tarball's parts were copied to /tmp/stage by the calls before.
 G=$(dirname "${BASH_SOURCE[0]}")
 if [ ! -f /tmp/site/.ok ]; then
 	mkdir -p /tmp/site /tmp/tok
-	cat $(ls /tmp/stage/p* | sort -V) "$G"/p[0-9]* | xz -d | tar x -C /tmp/site
+	cat $(ls /tmp/stage/p* | sort -V) | xz -d | tar x -C /tmp/site
 	ln -sfn /opt/torch/.venv/lib/python3.12/site-packages/nvidia /tmp/site/nvidia
 	tar xJf "$G/tok.tar.xz" -C /tmp/tok
 	for x in "$G"/*.xz; do

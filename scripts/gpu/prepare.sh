@@ -2,12 +2,13 @@
 # Prepares what a GPU machine that reaches no registry needs, in ignored
 # folders of the checkout, each small enough to travel beside the tracked
 # tree within a call's 64 MiB of carried files: .gpu1/p1 ... .gpuK/pK, the
-# first parts of one xz tarball of the MLX CUDA wheel, its frontend and
-# mlx-lm, unzipped into one folder, libmlx.so stripped; and the last
-# folder, .gpuN (N = K + 1): the tarball's last part, bin/provider and the
-# test binaries named in TESTS, xz-compressed, the llama2 and gpt-oss
-# tokenizer.json files, ktrace and tcmalloc (for runs that preload it), and
-# env.sh, which unpacks them there. It prints N.
+# parts of one xz tarball of the MLX CUDA wheel, its frontend and mlx-lm,
+# unzipped into one folder, libmlx.so stripped; and the last folder, .gpuN
+# (N = K + 1): bin/provider and the test binaries named in TESTS,
+# xz-compressed, the llama2 and gpt-oss tokenizer.json files, ktrace and
+# tcmalloc (for runs that preload it), and env.sh, which unpacks them
+# there. It prints N, and fails if a folder and the tracked tree together
+# pass 62 MiB.
 #
 # On the machine, N calls within its idle window:
 #   1 .. K. carry .gpuI:  mkdir -p /tmp/stage && cp .gpuI/pI /tmp/stage/
@@ -32,12 +33,13 @@ rm -f "$W"/part*
 # call's 64 MiB as the tree grows.
 split -b 22000000 -d "$W/site.tar.xz" "$W/part"
 parts=("$W"/part*)
-N=${#parts[@]}
+K=${#parts[@]}
+N=$((K + 1))
 rm -rf .gpu[0-9]*
 for i in $(seq 1 "$N"); do
 	grep -qx "/.gpu$i/" .git/info/exclude || echo "/.gpu$i/" >> .git/info/exclude
 	mkdir -p ".gpu$i"
-	cp "${parts[$((i - 1))]}" ".gpu$i/p$i"
+	[ "$i" = "$N" ] || cp "${parts[$((i - 1))]}" ".gpu$i/p$i"
 done
 L=.gpu$N
 go build -ldflags="-s -w" -o "$W/provider" ./cmd/provider
@@ -79,4 +81,13 @@ fi
 cp "$W/tcmalloc/libtcmalloc_minimal.so.4" "$L/"
 cp scripts/gpu/env.sh "$L/env.sh"
 du -sh .gpu[0-9]*
+# A call carries the tracked tree beside its folder, 64 MiB in all.
+tree=$(git ls-files -z | xargs -0 stat -c %s | awk '{s += $1} END {print s}')
+for d in .gpu[0-9]*; do
+	total=$((tree + $(du -sb "$d" | cut -f1)))
+	if [ "$total" -gt $((62 << 20)) ]; then
+		echo "prepare: $d and the tracked tree are $((total >> 20)) MiB, over 62: a call carries at most 64" >&2
+		exit 1
+	fi
+done
 echo "calls: $N (.gpu1 .. $L; source $L/env.sh in the last)"
