@@ -10,28 +10,22 @@ import (
 
 	"github.com/goprovider/provider/engine"
 	"github.com/goprovider/provider/engine/enginetest"
-	"github.com/goprovider/provider/mlx"
 )
 
 // BenchmarkSmolLM2Throughput reports output tokens per second of the whole
 // engine at several concurrencies: every stream greedy-decodes 64 tokens
 // from its own short prompt; with decode steps built ahead and without (the
 // default), each with the host's build and wait time per step and the
-// median time from a request's submission to its first token.
+// median time from a request's submission to its first token. The model
+// runs with serve's numerics (enginetest.StartServed).
 func BenchmarkSmolLM2Throughput(b *testing.B) {
-	// The kernel threads wait between kernels as serve's do.
-	restore, err := mlx.UseServeCPUSpin()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer restore()
 	for _, mode := range []string{"ahead", "stepped"} {
 		b.Run(mode, func(b *testing.B) { benchThroughput(b, mode == "ahead") })
 	}
 }
 
 func benchThroughput(b *testing.B, ahead bool) {
-	e, m := enginetest.Start(b, enginetest.SmolLM2(), engine.Options{Sched: engine.Config{MaxConcurrent: 8}, KVCapacity: 1 << 30, Ahead: ahead})
+	e, m := enginetest.StartServed(b, enginetest.SmolLM2(), engine.Options{Sched: engine.Config{MaxConcurrent: 8}, KVCapacity: 1 << 30, Ahead: ahead})
 	const maxTokens = 64
 	for _, conc := range []int{1, 4, 8} {
 		b.Run(fmt.Sprint("concurrency", conc), func(b *testing.B) {

@@ -475,47 +475,17 @@ func loadModel(open func() (*model.Model, string, weightSource, error), device s
 	return l, nil
 }
 
-// numerics sets a model's numerics for its stream. On the CPU: float32
-// activations (MLX's CPU kernels, the experts' gathered matmuls among them,
-// run in float32; a half-precision checkpoint is widened), and, where the
-// processor has AVX2, 8-bit activation blocks into the integer matmul
-// kernel (model.Config.Int8Activations, as llama.cpp quantizes activations
-// for its quantized weights; mlx.CPUInt8): faster than the float kernel at
-// every batch size, outputs moved by the activations' rounding.
-// PROVIDER_CPU_INT8=0 keeps float activations; =1 asks for 8-bit ones on
-// any processor (without AVX2 the kernel is the float one). On a
-// GPU: activations and the KV cache in Config.AcceleratorDType (the
-// checkpoint's half type), or in the type PROVIDER_GPU_DTYPE names
-// (float32, float16, bfloat16). On the CPU it also sets how long the kernel
-// threads wait awake between kernels (PROVIDER_CPU_SPIN_US, 2000
-// microseconds by default).
+// numerics sets a model's numerics for its stream (model.ServeNumerics),
+// and on the CPU how long the kernel threads wait awake between kernels
+// (mlx.ServeCPUSpin, PROVIDER_CPU_SPIN_US): across the host's work between
+// two steps.
 func numerics(c *model.Config, s mlx.Stream) error {
 	if s.IsCPU() {
-		// The kernel threads stay awake across the host's work between
-		// two steps (mlx.ServeCPUSpin).
 		if _, err := mlx.UseServeCPUSpin(); err != nil {
 			return err
 		}
-		c.ActDType = mlx.Float32
-		switch v := os.Getenv("PROVIDER_CPU_INT8"); v {
-		case "":
-			c.Int8Activations = mlx.CPUInt8()
-		case "0", "1":
-			c.Int8Activations = v == "1"
-		default:
-			return fmt.Errorf("PROVIDER_CPU_INT8=%q: want 0 or 1", v)
-		}
-		return nil
 	}
-	c.ActDType = c.AcceleratorDType()
-	if v := os.Getenv("PROVIDER_GPU_DTYPE"); v != "" {
-		d, ok := model.FloatDType(v)
-		if !ok {
-			return fmt.Errorf("PROVIDER_GPU_DTYPE=%q: want float32, float16 or bfloat16", v)
-		}
-		c.ActDType = d
-	}
-	return nil
+	return model.ServeNumerics(c, s)
 }
 
 // prefixBudget is a model's prefix cache budget: requested bytes (0:

@@ -58,7 +58,18 @@ func Start(tb testing.TB, path string, opt engine.Options) (*engine.Engine, *mod
 // before the engine gets it, for tests that script a network's failures.
 func StartWrapped(tb testing.TB, path string, opt engine.Options, wrap func(model.Network) model.Network) (*engine.Engine, *model.Model) {
 	tb.Helper()
-	e, m, _ := start(tb, path, opt, wrap, false)
+	e, m, _ := start(tb, path, opt, wrap, false, false)
+	return e, m
+}
+
+// StartServed is Start with the numerics a server gives the model
+// (model.ServeNumerics: on the CPU, 8-bit activations where the processor
+// has the integer kernels) and, on the CPU, the kernel threads awake
+// between kernels as a server's (mlx.UseServeCPUSpin) until the test
+// ends: for benchmarks of what a server runs.
+func StartServed(tb testing.TB, path string, opt engine.Options) (*engine.Engine, *model.Model) {
+	tb.Helper()
+	e, m, _ := start(tb, path, opt, nil, false, true)
 	return e, m
 }
 
@@ -67,10 +78,10 @@ func StartWrapped(tb testing.TB, path string, opt engine.Options, wrap func(mode
 // checkpoint has none.
 func StartVision(tb testing.TB, path string, opt engine.Options) (*engine.Engine, *model.Model, stages.Vision) {
 	tb.Helper()
-	return start(tb, path, opt, nil, true)
+	return start(tb, path, opt, nil, true, false)
 }
 
-func start(tb testing.TB, path string, opt engine.Options, wrap func(model.Network) model.Network, vision bool) (*engine.Engine, *model.Model, stages.Vision) {
+func start(tb testing.TB, path string, opt engine.Options, wrap func(model.Network) model.Network, vision, served bool) (*engine.Engine, *model.Model, stages.Vision) {
 	tb.Helper()
 	if _, err := os.Stat(path); err != nil {
 		tb.Fatalf("%s is missing: run `make setup` (%v)", path, err)
@@ -85,7 +96,19 @@ func start(tb testing.TB, path string, opt engine.Options, wrap func(model.Netwo
 	var net model.Network
 	th.Do(func() {
 		s = mlx.DefaultStream()
-		if s.IsCPU() {
+		switch {
+		case served:
+			if err = model.ServeNumerics(&m.Config, s); err != nil {
+				return
+			}
+			if s.IsCPU() {
+				var restore func()
+				if restore, err = mlx.UseServeCPUSpin(); err != nil {
+					return
+				}
+				tb.Cleanup(restore)
+			}
+		case s.IsCPU():
 			m.Config.ActDType = mlx.Float32 // as serve does on the CPU
 		}
 		if w, err = m.Upload(s); err != nil {
