@@ -676,7 +676,6 @@ bool have_avx2() {
   return ok;
 }
 
-
 // ---------------------------------------------------------------------------
 // Integer kernel (AffineLinearQ8): activations quantized to signed 8-bit
 // blocks of 32, each with a float scale d = max|x| / 127 (as llama.cpp's Q8
@@ -1185,21 +1184,29 @@ void rows_portable(const Job& j, int n0, int n1, float* buf) {
   }
 }
 
+// streamed_chunk is how many of n outputs a task takes in a kernel that
+// prefetches each next output's weights within its task: about four tasks
+// a thread, of up to 256 outputs, a multiple of step (the outputs the
+// kernel computes together). A boundary breaks the prefetch stream: tasks
+// of at most 16 outputs made SmolLM2-135M's decode step 4 to 25 % slower
+// with the packed kernel at 1, 8 and 32 rows, and 15 % slower at one row
+// with the float one.
+inline int streamed_chunk(int n, int step) {
+  return std::max(step, std::min(256, n / (4 * Pool::get().threads())) / step * step);
+}
+
 template <typename S>
 void run_job(const Job& j) {
-  // The AVX-512 direct kernel prefetches each next output's weights, so it
-  // takes about four tasks a thread of up to 256 outputs, as run_packed's
-  // (a one-row SmolLM2-135M step 15 % faster than with tasks of 16). The
-  // others take tasks of a few outputs, enough of them to balance the
-  // threads: the unpacking kernels' buffer stays in cache, and the AVX2
-  // direct kernel, which does not prefetch, gained nothing from more.
+  // The AVX-512 direct kernel prefetches (streamed_chunk). The others take
+  // tasks of a few outputs, enough of them to balance the threads: the
+  // unpacking kernels' buffer stays in cache, and the AVX2 direct kernel,
+  // which does not prefetch, gained nothing from more.
 #if PROVIDER_X86
   const bool direct = have_avx512() && j.m <= direct_rows512();
 #else
   const bool direct = false;
 #endif
-  const int chunk = direct ? std::max(1, std::min(256, j.n / (4 * Pool::get().threads())))
-                           : std::max(1, std::min(16, j.n / (8 * Pool::get().threads())));
+  const int chunk = direct ? streamed_chunk(j.n, 1) : std::max(1, std::min(16, j.n / (8 * Pool::get().threads())));
   const int tasks = (j.n + chunk - 1) / chunk;
   Pool::get().run(tasks, [&](int t) {
     thread_local std::vector<float> buf, fs, fb;
@@ -1246,10 +1253,8 @@ void run_job_q8(const Job& j) {
   const int prep = std::max(1, std::min(j.m, Pool::get().threads() * 4));
   const int per = (j.m + prep - 1) / prep;
   Pool::get().run(prep, [&](int t) { q8_prepare(j, j.bits, q, t * per, std::min(j.m, (t + 1) * per)); });
-  // Tasks of an even number of output rows (outputs are computed in
-  // pairs), about four a thread of up to 256 outputs: both kernels
-  // prefetch the next pair's weights, as run_packed's do.
-  const int chunk = std::max(2, std::min(256, j.n / (4 * Pool::get().threads())) / 2 * 2);
+  // Outputs in pairs; both kernels prefetch the next pair's weights.
+  const int chunk = streamed_chunk(j.n, 2);
   const int tasks = (j.n + chunk - 1) / chunk;
   if (!have_vnni()) {
     q8a_group_sums(j, q);
@@ -1948,11 +1953,8 @@ void run_packed(const PJob& j) {
     const int r0 = t * per, r1 = std::min(j.m, (t + 1) * per);
     vnni ? pq8_prepare512(j, q, r0, r1) : pq8_prepare(j, q, r0, r1);
   });
-  // About four tasks a thread, of up to 256 outputs: a task's outputs
-  // prefetch each next tile's weights, and a boundary breaks the stream.
-  // Chunks of at most 16 outputs made SmolLM2-135M's decode step 4 to 25 %
-  // slower at 1, 8 and 32 rows.
-  const int chunk = std::max(2, std::min(256, j.n / (4 * Pool::get().threads())) / 2 * 2);
+  // Outputs in pairs (or fours); a task's tiles prefetch the next tile's.
+  const int chunk = streamed_chunk(j.n, 2);
   const int tasks = (j.n + chunk - 1) / chunk;
   Pool::get().run(tasks, [&](int t) {
     const int n0 = t * chunk;

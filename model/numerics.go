@@ -18,28 +18,36 @@ import (
 // asks for 8-bit ones on any processor (without AVX2 the kernel is the
 // float one). On a GPU: activations and the KV cache in
 // Config.AcceleratorDType (the checkpoint's half type), or in the type
-// PROVIDER_GPU_DTYPE names (float32, float16, bfloat16). A bad value of
-// either variable is an error that names it.
-func ServeNumerics(c *Config, s mlx.Stream) error {
+// PROVIDER_GPU_DTYPE names (float32, float16, bfloat16). On the CPU it
+// also keeps the kernel threads awake between kernels as long as a server
+// wants them (mlx.UseServeCPUSpin, PROVIDER_CPU_SPIN_US: across the host's
+// work between two steps); restore puts back the wait it replaced (on a
+// GPU it does nothing). A bad value of any of these variables is an error
+// that names it, and changes nothing.
+func ServeNumerics(c *Config, s mlx.Stream) (restore func(), err error) {
 	if s.IsCPU() {
-		c.ActDType = mlx.Float32
+		int8 := false
 		switch v := os.Getenv("PROVIDER_CPU_INT8"); v {
 		case "":
-			c.Int8Activations = mlx.CPUInt8()
+			int8 = mlx.CPUInt8()
 		case "0", "1":
-			c.Int8Activations = v == "1"
+			int8 = v == "1"
 		default:
-			return fmt.Errorf("PROVIDER_CPU_INT8=%q: want 0 or 1", v)
+			return nil, fmt.Errorf("PROVIDER_CPU_INT8=%q: want 0 or 1", v)
 		}
-		return nil
+		if restore, err = mlx.UseServeCPUSpin(); err != nil {
+			return nil, err
+		}
+		c.ActDType, c.Int8Activations = mlx.Float32, int8
+		return restore, nil
 	}
-	c.ActDType = c.AcceleratorDType()
+	d := c.AcceleratorDType()
 	if v := os.Getenv("PROVIDER_GPU_DTYPE"); v != "" {
-		d, ok := FloatDType(v)
-		if !ok {
-			return fmt.Errorf("PROVIDER_GPU_DTYPE=%q: want float32, float16 or bfloat16", v)
+		var ok bool
+		if d, ok = FloatDType(v); !ok {
+			return nil, fmt.Errorf("PROVIDER_GPU_DTYPE=%q: want float32, float16 or bfloat16", v)
 		}
-		c.ActDType = d
 	}
-	return nil
+	c.ActDType = d
+	return func() {}, nil
 }

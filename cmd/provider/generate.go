@@ -102,7 +102,7 @@ func runGenerate(args []string) error {
 			return
 		}
 		defer s.Free()
-		if err = numerics(&m.Config, s); err != nil {
+		if _, err = model.ServeNumerics(&m.Config, s); err != nil {
 			return
 		}
 		var net model.Network

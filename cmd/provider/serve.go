@@ -452,7 +452,7 @@ func loadModel(open func() (*model.Model, string, weightSource, error), device s
 		if l.s, err = stream(device); err != nil {
 			return
 		}
-		if err = numerics(&m.Config, l.s); err != nil {
+		if _, err = model.ServeNumerics(&m.Config, l.s); err != nil {
 			return
 		}
 		if group.Size() > 1 {
@@ -473,19 +473,6 @@ func loadModel(open func() (*model.Model, string, weightSource, error), device s
 		return nil, fmt.Errorf("serve: %s: %w", name, err)
 	}
 	return l, nil
-}
-
-// numerics sets a model's numerics for its stream (model.ServeNumerics),
-// and on the CPU how long the kernel threads wait awake between kernels
-// (mlx.ServeCPUSpin, PROVIDER_CPU_SPIN_US): across the host's work between
-// two steps.
-func numerics(c *model.Config, s mlx.Stream) error {
-	if s.IsCPU() {
-		if _, err := mlx.UseServeCPUSpin(); err != nil {
-			return err
-		}
-	}
-	return model.ServeNumerics(c, s)
 }
 
 // prefixBudget is a model's prefix cache budget: requested bytes (0:

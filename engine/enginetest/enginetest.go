@@ -98,16 +98,11 @@ func start(tb testing.TB, path string, opt engine.Options, wrap func(model.Netwo
 		s = mlx.DefaultStream()
 		switch {
 		case served:
-			if err = model.ServeNumerics(&m.Config, s); err != nil {
+			var restore func()
+			if restore, err = model.ServeNumerics(&m.Config, s); err != nil {
 				return
 			}
-			if s.IsCPU() {
-				var restore func()
-				if restore, err = mlx.UseServeCPUSpin(); err != nil {
-					return
-				}
-				tb.Cleanup(restore)
-			}
+			tb.Cleanup(restore)
 		case s.IsCPU():
 			m.Config.ActDType = mlx.Float32 // as serve does on the CPU
 		}
