@@ -12,7 +12,7 @@
 #   bash scripts/gpu/session.sh qmv      # the affine matrix-vector kernel: CUDA test, throughput by matrix shape
 #   bash scripts/gpu/session.sh steps    # decode step: MLX's matmul, the kernel, fused projections; mlx-lm's step
 #   bash scripts/gpu/session.sh pace     # one machine: the bare step, then served c=1 TPOT per server setting
-#   TRACE_CONCURRENCY="32 64" bash scripts/gpu/session.sh gptoss  # gpt-oss-20b served (dummy weights), traced
+#   RUNS="1:- 64:- 64:PROVIDER_GPU_PAD_EXPERTS=128" bash scripts/gpu/session.sh gptoss  # gpt-oss-20b served (dummy weights), traced
 #   bash scripts/gpu/session.sh trace    # device timelines (ktrace): our step, mlx-lm's, our server's at c=1
 #   TRACE_STEPS=0 TRACE_CONCURRENCY=16 SETTINGS="PROVIDER_STEP_AHEAD=1 PROVIDER_STEP_AHEAD=0" bash scripts/gpu/session.sh trace
 #   SETTINGS="- MLX_MAX_OPS_PER_BUFFER=200" bash scripts/gpu/session.sh mlxenv  # the step per MLX setting
@@ -318,32 +318,40 @@ trace)
 	;;
 gptoss)
 	# Where gpt-oss-20b's served step goes (dummy weights at true size; the
-	# model is MoE, its expert products through MLX's gather_qmm): our
-	# server traced at each concurrency in TRACE_CONCURRENCY (32 64), as
-	# many running rows, REQUESTS (128) random ~128-token prompts of 64
-	# tokens; its kernels by name over the run, the run cut into steps.
+	# model is MoE, its expert products through MLX's gather_qmm): per
+	# C:SETTING in RUNS (SETTING as in pace), our server traced with C
+	# running rows, after a warm-up of C requests, on max(64, 2C) random
+	# ~128-token prompts of 64 tokens (16 at C=1); its kernels by name over
+	# the run, the run cut into steps, each result copied to R as it comes.
 	ldd /tmp/libktrace.so | grep cupti
-	for c in ${TRACE_CONCURRENCY:-32 64}; do
-		traced "$D/trace-gptoss-c$c.txt"
-		env PROVIDER_PREFIX_CACHE_SSD=0 "${kt[@]}" /tmp/provider serve --no-auth \
+	for run in ${RUNS:-1:- 64:-}; do
+		IFS=: read -r c setting <<<"$run"
+		next_setting "$setting"
+		name=gptoss-$i-c$c
+		n=$((c > 32 ? 2 * c : 64))
+		[ "$c" != 1 ] || n=16
+		traced "$D/trace-$name.txt"
+		env PROVIDER_PREFIX_CACHE_SSD=0 "${kt[@]}" "${vars[@]}" /tmp/provider serve --no-auth \
 			--dummy-weights testdata/configs/gpt-oss-20b.json --tokenizer /tmp/tok/gptoss.json \
-			--addr 127.0.0.1:18508 --max-concurrent "$c" >"$D/server-gptoss-c$c.log" 2>&1 &
+			--addr 127.0.0.1:18508 --max-concurrent "$c" >"$D/server-$name.log" 2>&1 &
 		SERVER=$!
-		for _ in $(seq 400); do curl -sf http://127.0.0.1:18508/health >/dev/null && break; sleep 1; done
+		for _ in $(seq 300); do curl -sf http://127.0.0.1:18508/health >/dev/null && break; sleep 1; done
 		model=$(curl -sf http://127.0.0.1:18508/v1/models | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])')
-		# A discarded warm-up at this level visits its row buckets.
-		/tmp/provider bench --target "ours=http://127.0.0.1:18508" --model "$model" --endpoint completions \
-			--ignore-eos --warmup 0 --progress=false --concurrency "$c" --requests "$c" --prompts random \
-			--prompt-tokens 128 --max-tokens 16 --seed 99 --out "$D/warm-c$c" >/dev/null 2>&1
-		/tmp/provider bench --target "ours=http://127.0.0.1:18508" --model "$model" --endpoint completions \
-			--ignore-eos --warmup 0 --progress=false --concurrency "$c" --requests "${REQUESTS:-128}" --prompts random \
-			--prompt-tokens 128 --max-tokens 64 --seed 3 --out "$D/bench-c$c" >"$D/bench-c$c.txt" 2>&1
+		for phase in warm bench; do
+			k=$n seed=3 tokens=64
+			[ $phase = bench ] || { k=$c seed=99 tokens=16; }
+			/tmp/provider bench --target "ours=http://127.0.0.1:18508" --model "$model" --endpoint completions \
+				--ignore-eos --warmup 0 --progress=false --concurrency "$c" --requests "$k" --prompts random \
+				--prompt-tokens 128 --max-tokens "$tokens" --seed "$seed" --out "$D/$phase-$name" >"$D/$phase-$name.txt" 2>&1
+		done
 		sleep 1
-		echo "gpt-oss c=$c:"
-		grep -A1 'target  level' "$D/bench-c$c.txt" | tail -1
+		echo "run $i: c=$c ($setting):"
+		grep -A1 'target  level' "$D/bench-$name.txt" | tail -1
 		stop_ours
-		python3 scripts/gpu/ksteps.py "$D/trace-gptoss-c$c.txt" --by-kernel --top 30 | tee "$D/kernels-gptoss-c$c.txt"
-		steps_of "gptoss-c$c" 20
+		python3 scripts/gpu/ksteps.py "$D/trace-$name.txt" --by-kernel --top 30 >"$D/kernels-$name.txt"
+		head -20 "$D/kernels-$name.txt"
+		steps_of "$name" 20
+		cp "$D/kernels-$name.txt" "$D/steps-$name.txt" "$D/bench-$name.txt" "$D/server-$name.log" "$R/" 2>/dev/null
 	done
 	;;
 mlxenv)
