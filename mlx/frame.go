@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"unsafe"
 )
 
@@ -339,6 +340,36 @@ func (f *Frame) SwiGLU(g, u Array) Array {
 
 func (f *Frame) swigluCompiled(g, u Array) Array {
 	return f.op("swiglu", func(r *C.mlx_array) C.int { return C.mlx_swiglu_compiled(r, g.c, u.c, f.s.c) }, g, u)
+}
+
+// ClampedSwiGLU is gpt-oss's gate: (clip(u, ±limit) + 1) * g' *
+// sigmoid(alpha * g') with g' = min(g, limit), each op in g's dtype. On a
+// GPU it is one compiled kernel (PROVIDER_GPU_CLAMPED_SWIGLU=0 runs the
+// ops one by one); on the CPU the ops, whose results the family's
+// reference suites pin.
+func (f *Frame) ClampedSwiGLU(g, u Array, alpha, limit float32) Array {
+	if f.onCPU() || clampedSwiGLUByOps {
+		return f.clampedSwiGLUOps(g, u, alpha, limit)
+	}
+	return f.clampedSwiGLUCompiled(g, u, alpha, limit)
+}
+
+// clampedSwiGLUByOps is PROVIDER_GPU_CLAMPED_SWIGLU=0, read once.
+var clampedSwiGLUByOps = os.Getenv("PROVIDER_GPU_CLAMPED_SWIGLU") == "0"
+
+func (f *Frame) clampedSwiGLUOps(g, u Array, alpha, limit float32) Array {
+	dt := g.Dtype()
+	k := func(v float32) Array { return f.AsType(f.Scalar(v), dt) }
+	g = f.Minimum(g, k(limit))
+	u = f.Clip(u, k(-limit), k(limit))
+	glu := f.Multiply(g, f.Sigmoid(f.Multiply(k(alpha), g)))
+	return f.Multiply(f.Add(u, k(1)), glu)
+}
+
+func (f *Frame) clampedSwiGLUCompiled(g, u Array, alpha, limit float32) Array {
+	return f.op("clamped_swiglu", func(r *C.mlx_array) C.int {
+		return C.mlx_clamped_swiglu_compiled(r, g.c, u.c, C.float(alpha), C.float(limit), f.s.c)
+	}, g, u)
 }
 
 // Where selects x where cond holds, else y.

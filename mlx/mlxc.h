@@ -161,6 +161,8 @@ int mlx_square(mlx_array* res, const mlx_array a, const mlx_stream s);
 int mlx_sigmoid(mlx_array* res, const mlx_array a, const mlx_stream s);
 /* extension: silu(g) * u as one compiled (fused, shapeless) function. */
 int mlx_swiglu_compiled(mlx_array* res, const mlx_array g, const mlx_array u, const mlx_stream s);
+int mlx_clamped_swiglu_compiled(
+    mlx_array* res, const mlx_array g, const mlx_array u, float alpha, float limit, const mlx_stream s);
 /* extension: whether MLX's CUDA backend is present and sees a device. */
 int mlx_cuda_available(bool* res);
 /* extension: the affine matrix-vector kernel's setting (PROVIDER_GPU_QMV,

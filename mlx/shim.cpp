@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <initializer_list>
 #include <map>
 #include <mutex>
@@ -300,6 +301,37 @@ int mlx_swiglu_compiled(mlx_array* res, const mlx_array g, const mlx_array u, co
           return std::vector<mx::array>{mx::multiply(mx::multiply(in[0], mx::sigmoid(in[0])), in[1])};
         },
         /*shapeless=*/true);
+    mx::StreamContext ctx(strm(s));
+    set(res, fn({arr(g), arr(u)})[0]);
+  });
+}
+
+int mlx_clamped_swiglu_compiled(
+    mlx_array* res, const mlx_array g, const mlx_array u, float alpha, float limit, const mlx_stream s) {
+  return guard([&] {
+    // One compiled function per (alpha, limit) for the process, as for
+    // mlx_swiglu_compiled; the constants take the gate's dtype when traced.
+    using Fn = std::function<std::vector<mx::array>(const std::vector<mx::array>&)>;
+    static std::mutex mu;
+    static std::map<std::pair<float, float>, Fn> fns;
+    Fn fn;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto& slot = fns[{alpha, limit}];
+      if (!slot) {
+        slot = mx::compile(
+            [alpha, limit](const std::vector<mx::array>& in) {
+              auto dt = in[0].dtype();
+              auto k = [dt](float v) { return mx::array(v, dt); };
+              auto gate = mx::minimum(in[0], k(limit));
+              auto up = mx::clip(in[1], k(-limit), k(limit));
+              auto glu = mx::multiply(gate, mx::sigmoid(mx::multiply(k(alpha), gate)));
+              return std::vector<mx::array>{mx::multiply(mx::add(up, k(1)), glu)};
+            },
+            /*shapeless=*/true);
+      }
+      fn = slot;
+    }
     mx::StreamContext ctx(strm(s));
     set(res, fn({arr(g), arr(u)})[0]);
   });

@@ -79,3 +79,46 @@ func TestSwiGLUCPU(t *testing.T) {
 		}
 	})
 }
+
+// TestClampedSwiGLUCompiledMatchesOps checks gpt-oss's compiled gate (the
+// GPU's path) against its ops, bit for bit, in float32, bfloat16 and
+// float16, on values that cross both clamps, for two shapes and two
+// (alpha, limit) pairs, and that it fuses into one primitive.
+func TestClampedSwiGLUCompiledMatchesOps(t *testing.T) {
+	onThread(t, func(s Stream) {
+		f := NewFrame(s)
+		defer f.Free()
+		for _, c := range []struct{ alpha, limit float32 }{{1.702, 7}, {1, 2.5}} {
+			for _, dt := range []Dtype{Float32, BFloat16, Float16} {
+				for _, n := range []int{3, 257} {
+					gs, us := make([]float32, 2*n), make([]float32, 2*n)
+					for i := range gs {
+						gs[i] = float32(math.Sin(float64(i)*0.7)) * 12
+						us[i] = float32(math.Cos(float64(i)*0.3)) * 11
+					}
+					g, u := f.AsType(f.Float32s(gs, 2, n), dt), f.AsType(f.Float32s(us, 2, n), dt)
+					fused := f.clampedSwiGLUCompiled(g, u, c.alpha, c.limit)
+					counts, err := GraphPrimitives(fused)
+					if err != nil {
+						t.Fatal(err)
+					}
+					// The inputs' conversions are the test's own.
+					delete(counts, "AsType")
+					if len(counts) != 1 {
+						t.Errorf("%v n=%d: compiled gate runs %v, want one fused primitive", dt, n, counts)
+					}
+					got := f.ToFloat32s(f.AsType(fused, Float32))
+					want := f.ToFloat32s(f.AsType(f.clampedSwiGLUOps(g, u, c.alpha, c.limit), Float32))
+					if err := f.Err(); err != nil {
+						t.Fatal(err)
+					}
+					for i := range want {
+						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+							t.Fatalf("%+v %v n=%d: [%d] = %v, want %v", c, dt, n, i, got[i], want[i])
+						}
+					}
+				}
+			}
+		}
+	})
+}

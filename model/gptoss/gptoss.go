@@ -380,15 +380,10 @@ func (m *Model) experts(f *mlx.Frame, e *experts, x, idx mlx.Array, sorted bool)
 }
 
 // swiglu is gpt-oss's clamped gate: (clip(up, ±limit) + 1) *
-// g*sigmoid(alpha*g) with g = min(gate, limit), in the activations' dtype.
+// g*sigmoid(alpha*g) with g = min(gate, limit), in the activations' dtype
+// (mlx.Frame.ClampedSwiGLU: one compiled kernel on a GPU).
 func (m *Model) swiglu(f *mlx.Frame, gate, up mlx.Array) mlx.Array {
-	dt := gate.Dtype()
-	k := func(v float32) mlx.Array { return f.AsType(f.Scalar(v), dt) }
-	lim := m.facts.SwiGLULimit
-	gate = f.Minimum(gate, k(lim))
-	up = f.Clip(up, k(-lim), k(lim))
-	glu := f.Multiply(gate, f.Sigmoid(f.Multiply(k(m.facts.SwiGLUAlpha), gate)))
-	return f.Multiply(f.Add(up, k(1)), glu)
+	return f.ClampedSwiGLU(gate, up, m.facts.SwiGLUAlpha, m.facts.SwiGLULimit)
 }
 
 var _ model.Network = (*Model)(nil)
