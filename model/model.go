@@ -148,13 +148,5 @@ func (m *Model) UploadProgress(s mlx.Stream, report func(done, total int64)) (*W
 			return nil, err
 		}
 	}
-	to, err := expertPadding(s)
-	if err == nil {
-		_, err = w.PadExpertOutputs(s, m.Config.Arch, m.Config.Layers, to)
-	}
-	if err != nil {
-		w.Free()
-		return nil, err
-	}
 	return w, nil
 }

@@ -121,10 +121,6 @@ type Weight struct {
 	// Parts, for a weight FuseProjections made, are the rows of each
 	// weight it joined, in order (LinearParts splits the product so).
 	Parts []int
-	// Outputs, when > 0, is how many of an expert stack's rows are its
-	// own: PadExpertOutputs added zero rows past them, which the family
-	// slices off the product.
-	Outputs int
 }
 
 // Pack lays an Int8 weight out for the packed integer kernel where it

@@ -61,13 +61,6 @@ func (e *expertStack) product(f *mlx.Frame, x, idx mlx.Array, sorted bool) mlx.A
 	default:
 		y = f.GatherMM(x, f.SwapAxes(w.W, -1, -2), mlx.Array{}, idx, sorted)
 	}
-	if n := e.w.Outputs; n > 0 {
-		// The stack was padded (model.Weights.PadExpertOutputs).
-		sh := y.Shape()
-		stop := append([]int{}, sh...)
-		stop[len(stop)-1] = n
-		y = f.Slice(y, make([]int, len(sh)), stop)
-	}
 	return y
 }
 
@@ -205,8 +198,7 @@ func (b *binder) matrix(name string) *model.Weight {
 		return x
 	}
 	base := strings.TrimSuffix(name, ".weight")
-	joined := &model.Weight{W: x.W, Bits: level.Bits, GroupSize: level.GroupSize, Mode: level.Mode, Reduce: x.Reduce, Gather: x.Gather,
-		Outputs: x.Outputs}
+	joined := &model.Weight{W: x.W, Bits: level.Bits, GroupSize: level.GroupSize, Mode: level.Mode, Reduce: x.Reduce, Gather: x.Gather}
 	if s := b.vector(base + ".scales"); s != nil {
 		joined.Scales = s.W
 	}

@@ -29,14 +29,6 @@ type loaded struct {
 // KV pool) in act; adjust, when non-nil, edits the config first.
 func load(tb testing.TB, variant string, act mlx.Dtype, adjust func(*model.Config)) *loaded {
 	tb.Helper()
-	return loadWith(tb, variant, act, adjust, nil)
-}
-
-// loadWith is load with prepare, when non-nil, run on the uploaded
-// weights before the network binds them.
-func loadWith(tb testing.TB, variant string, act mlx.Dtype, adjust func(*model.Config),
-	prepare func(mlx.Stream, *model.Weights) error) *loaded {
-	tb.Helper()
 	m, err := model.Open(filepath.Join(refDir, variant))
 	if err != nil {
 		tb.Fatal(err)
@@ -50,11 +42,6 @@ func loadWith(tb testing.TB, variant string, act mlx.Dtype, adjust func(*model.C
 		l.s = mlx.DefaultStream()
 		if l.w, err = m.Upload(l.s); err != nil {
 			return
-		}
-		if prepare != nil {
-			if err = prepare(l.s, l.w); err != nil {
-				return
-			}
 		}
 		if l.net, err = New(m.Config, l.w); err != nil {
 			return

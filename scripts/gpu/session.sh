@@ -12,7 +12,7 @@
 #   bash scripts/gpu/session.sh qmv      # the affine matrix-vector kernel: CUDA test, throughput by matrix shape
 #   bash scripts/gpu/session.sh steps    # decode step: MLX's matmul, the kernel, fused projections; mlx-lm's step
 #   bash scripts/gpu/session.sh pace     # one machine: the bare step, then served c=1 TPOT per server setting
-#   RUNS="1:- 64:- 64:PROVIDER_GPU_PAD_EXPERTS=128" bash scripts/gpu/session.sh gptoss  # gpt-oss-20b served (dummy weights), traced
+#   RUNS="1:- 64:- 64:PROVIDER_GPU_CLAMPED_SWIGLU=0" bash scripts/gpu/session.sh gptoss  # gpt-oss-20b served (dummy weights), traced
 #   bash scripts/gpu/session.sh trace    # device timelines (ktrace): our step, mlx-lm's, our server's at c=1
 #   TRACE_STEPS=0 TRACE_CONCURRENCY=16 SETTINGS="PROVIDER_STEP_AHEAD=1 PROVIDER_STEP_AHEAD=0" bash scripts/gpu/session.sh trace
 #   SETTINGS="- MLX_MAX_OPS_PER_BUFFER=200" bash scripts/gpu/session.sh mlxenv  # the step per MLX setting
@@ -347,10 +347,19 @@ gptoss)
 		sleep 1
 		echo "run $i: c=$c ($setting):"
 		grep -A1 'target  level' "$D/bench-$name.txt" | tail -1
-		stop_ours
+		if kill -0 "$SERVER" 2>/dev/null; then
+			stop_ours
+		else
+			wait "$SERVER"
+			echo "the server exited during the run (status $?); its log ends:"
+			tail -5 "$D/server-$name.log"
+		fi
 		python3 scripts/gpu/ksteps.py "$D/trace-$name.txt" --by-kernel --top 30 >"$D/kernels-$name.txt"
 		head -20 "$D/kernels-$name.txt"
 		steps_of "$name" 20
+		# The trace (tens of MB compressed) stays behind: the phase's
+		# tarball must come back within a call's limit.
+		rm -f "$D/trace-$name.txt.xz"
 		cp "$D/kernels-$name.txt" "$D/steps-$name.txt" "$D/bench-$name.txt" "$D/server-$name.log" "$R/" 2>/dev/null
 	done
 	;;
