@@ -12,7 +12,7 @@
 #   bash scripts/gpu/session.sh qmv      # the affine matrix-vector kernel: CUDA test, throughput by matrix shape
 #   bash scripts/gpu/session.sh steps    # decode step: MLX's matmul, the kernel, fused projections; mlx-lm's step
 #   bash scripts/gpu/session.sh pace     # one machine: the bare step, then served c=1 TPOT per server setting
-#   RUNS="1:- 64:- 64:PROVIDER_GPU_CLAMPED_SWIGLU=0" bash scripts/gpu/session.sh gptoss  # gpt-oss-20b served (dummy weights), traced
+#   RUNS="1:- 64:- 64:-:affine4" bash scripts/gpu/session.sh gptoss  # gpt-oss-20b served (dummy weights), traced
 #   bash scripts/gpu/session.sh trace    # device timelines (ktrace): our step, mlx-lm's, our server's at c=1
 #   TRACE_STEPS=0 TRACE_CONCURRENCY=16 SETTINGS="PROVIDER_STEP_AHEAD=1 PROVIDER_STEP_AHEAD=0" bash scripts/gpu/session.sh trace
 #   SETTINGS="- MLX_MAX_OPS_PER_BUFFER=200" bash scripts/gpu/session.sh mlxenv  # the step per MLX setting
@@ -319,20 +319,32 @@ trace)
 gptoss)
 	# Where gpt-oss-20b's served step goes (dummy weights at true size; the
 	# model is MoE, its expert products through MLX's gather_qmm): per
-	# C:SETTING in RUNS (SETTING as in pace), our server traced with C
-	# running rows, after a warm-up of C requests, on max(64, 2C) random
-	# ~128-token prompts of 64 tokens (16 at C=1); its kernels by name over
-	# the run, the run cut into steps, each result copied to R as it comes.
+	# C:SETTING[:affine4] in RUNS (SETTING as in pace), our server traced
+	# with C running rows, after a warm-up of C requests, on max(64, 2C)
+	# random ~128-token prompts of 64 tokens (16 at C=1); its kernels by
+	# name over the run, the run cut into steps, each result copied to R as
+	# it comes. affine4 serves the model as mlx-lm's 4-bit conversion stores
+	# it (every matrix affine, 4 bits in groups of 64) instead of the
+	# published MXFP4 experts.
 	ldd /tmp/libktrace.so | grep cupti
 	for run in ${RUNS:-1:- 64:-}; do
-		IFS=: read -r c setting <<<"$run"
+		IFS=: read -r c setting quant <<<"$run"
 		next_setting "$setting"
-		name=gptoss-$i-c$c
+		name=gptoss-$i-c$c${quant:+-$quant}
+		config=testdata/configs/gpt-oss-20b.json
+		if [ "$quant" = affine4 ]; then
+			config=$D/gpt-oss-20b-affine4.json
+			python3 -c 'import json, sys
+c = json.load(open(sys.argv[1]))
+c.pop("quantization_config", None)
+c["quantization"] = {"group_size": 64, "bits": 4, "mode": "affine"}
+json.dump(c, open(sys.argv[2], "w"), indent=1)' testdata/configs/gpt-oss-20b.json "$config"
+		fi
 		n=$((c > 32 ? 2 * c : 64))
 		[ "$c" != 1 ] || n=16
 		traced "$D/trace-$name.txt"
 		env PROVIDER_PREFIX_CACHE_SSD=0 "${kt[@]}" "${vars[@]}" /tmp/provider serve --no-auth \
-			--dummy-weights testdata/configs/gpt-oss-20b.json --tokenizer /tmp/tok/gptoss.json \
+			--dummy-weights "$config" --tokenizer /tmp/tok/gptoss.json \
 			--addr 127.0.0.1:18508 --max-concurrent "$c" >"$D/server-$name.log" 2>&1 &
 		SERVER=$!
 		for _ in $(seq 300); do curl -sf http://127.0.0.1:18508/health >/dev/null && break; sleep 1; done
