@@ -30,6 +30,9 @@ type weightSource struct {
 	// spec names the model to the workers; Device and Config are set as
 	// it loads.
 	spec tp.LoadSpec
+	// dummy, for a dummy model, is its plan: the weights' bytes it will
+	// build (a checkpoint's are its tensors', model.Model.WeightBytes).
+	dummy *model.Dummy
 }
 
 // modelFlags are the flags serve and generate share to name what to run:
@@ -126,7 +129,8 @@ func (mf *modelFlags) openDummy(cmd string, report func(msg string)) (*model.Mod
 			}
 			return sh, err
 		},
-		spec: tp.LoadSpec{Path: path, Dummy: &tp.DummySpec{Config: path, Tokenizer: tok, Seed: seed}},
+		spec:  tp.LoadSpec{Path: path, Dummy: &tp.DummySpec{Config: path, Tokenizer: tok, Seed: seed}},
+		dummy: d,
 	}
 	return m, name, src, nil
 }

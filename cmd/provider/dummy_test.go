@@ -2,13 +2,19 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/goprovider/provider/family"
+	"github.com/goprovider/provider/mlx"
+	"github.com/goprovider/provider/slots"
 )
 
 // tinyGPTOSS is a checkpoint's config.json with its tokenizer.json beside
@@ -129,4 +135,51 @@ func TestServeDummyWeights(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || err != nil || completion.Usage.CompletionTokens == 0 {
 		t.Fatalf("completion: status %d, %+v, %v", resp.StatusCode, completion, err)
 	}
+}
+
+// TestProbeChargesDummyWeights: the KV budget of a server running a dummy
+// model is what is left beside the weights it builds, as beside a
+// checkpoint's: the probe charges the bytes the built weights hold on the
+// device (it charged none, and a true-size dummy's KV grant overran the
+// device by the weights' size).
+func TestProbeChargesDummyWeights(t *testing.T) {
+	path, tok, seed := tinyGPTOSS, "", uint64(0)
+	mf := &modelFlags{fs: flag.NewFlagSet("serve", flag.ContinueOnError), dummy: &path, tokenizer: &tok, seed: &seed}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ld := &serveLoader{device: "cpu", log: log, conc: 4, archs: family.Supported(), mf: mf,
+		entries: map[string]catalogEntry{}, probed: map[string]slots.Info{}}
+	entries, err := buildCatalog(mf, false, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		ld.entries[e.name] = e
+	}
+	info, err := ld.Probe(dummyName(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _, src, err := mf.openDummy("test", func(string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	var built int64
+	th := mlx.NewThread()
+	defer th.Close()
+	th.Do(func() {
+		s := mlx.DefaultStream()
+		defer s.Free()
+		w, err := src.upload(s)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		built = w.Bytes()
+		w.Free()
+	})
+	if built == 0 || info.WeightBytes != built {
+		t.Fatalf("probe charges %d bytes of weights; the built weights hold %d", info.WeightBytes, built)
+	}
+	t.Logf("probe charges %d bytes, the built weights hold %d", info.WeightBytes, built)
 }

@@ -207,7 +207,7 @@ func (sl *serveLoader) open(e catalogEntry) (*model.Model, weightSource, int64, 
 		if err != nil {
 			return nil, weightSource{}, 0, err
 		}
-		return m, src, 0, nil
+		return m, src, src.dummy.Bytes(), nil
 	}
 	m, err := openModel(e.path, sl.tp.Size())
 	if err != nil {
@@ -253,7 +253,7 @@ func (sl *serveLoader) Probe(name string) (slots.Info, error) {
 	if probed {
 		return info, nil
 	}
-	m, _, weights, err := sl.open(e)
+	m, src, weights, err := sl.open(e)
 	if err != nil {
 		return slots.Info{}, fmt.Errorf("%w: %w", slots.ErrUnsupported, err)
 	}
@@ -269,6 +269,13 @@ func (sl *serveLoader) Probe(name string) (slots.Info, error) {
 			return slots.Info{}, fmt.Errorf("%w: %w", slots.ErrUnsupported, err)
 		}
 		weights = m.WeightBytes()
+		if d := src.dummy; d != nil {
+			// The probe's own plan, discarded after it.
+			if _, err := d.Shard(0, n); err != nil {
+				return slots.Info{}, fmt.Errorf("%w: %w", slots.ErrUnsupported, err)
+			}
+			weights = d.Bytes()
+		}
 	}
 	// The most its rows can hold: every row at the full context, at
 	// float32 (the widest activation type) when the context is known.
