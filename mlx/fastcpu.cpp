@@ -1211,8 +1211,9 @@ void run_job(const Job& j) {
   Pool::get().run(tasks, [&](int t) {
     thread_local std::vector<float> buf, fs, fb;
     // Sized separately: a job of fewer, longer rows than the last needs
-    // more group parameters even when its buffer fits.
-    if (buf.size() < static_cast<size_t>(chunk) * j.k) {
+    // more group parameters even when its buffer fits. The direct kernel
+    // unpacks nothing (its tasks are the long ones).
+    if (!direct && buf.size() < static_cast<size_t>(chunk) * j.k) {
       buf.resize(static_cast<size_t>(chunk) * j.k);
     }
     if (fs.size() < static_cast<size_t>(j.k / 16)) {
@@ -1223,7 +1224,7 @@ void run_job(const Job& j) {
     const int n1 = std::min(j.n, n0 + chunk);
 #if PROVIDER_X86
     if (have_avx2()) {
-      if (have_avx512() && j.m <= direct_rows512()) {
+      if (direct) {
         j.bits == 4 ? rows512<S, 4>(j, n0, n1, fs.data(), fb.data()) : rows512<S, 8>(j, n0, n1, fs.data(), fb.data());
       } else if (j.m <= 4) {
         j.bits == 4 ? rows_avx2<S, 4>(j, n0, n1, fs.data(), fb.data()) : rows_avx2<S, 8>(j, n0, n1, fs.data(), fb.data());
