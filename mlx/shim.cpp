@@ -311,10 +311,11 @@ int mlx_clamped_swiglu_compiled(
   return guard([&] {
     // One compiled function per (alpha, limit) for the process, as for
     // mlx_swiglu_compiled; the constants take the gate's dtype when traced.
+    // Entries are never erased, so a pointer to one stays valid unlocked.
     using Fn = std::function<std::vector<mx::array>(const std::vector<mx::array>&)>;
     static std::mutex mu;
     static std::map<std::pair<float, float>, Fn> fns;
-    Fn fn;
+    const Fn* fn;
     {
       std::lock_guard<std::mutex> lock(mu);
       auto& slot = fns[{alpha, limit}];
@@ -330,10 +331,10 @@ int mlx_clamped_swiglu_compiled(
             },
             /*shapeless=*/true);
       }
-      fn = slot;
+      fn = &slot;
     }
     mx::StreamContext ctx(strm(s));
-    set(res, fn({arr(g), arr(u)})[0]);
+    set(res, (*fn)({arr(g), arr(u)})[0]);
   });
 }
 
