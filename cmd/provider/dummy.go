@@ -30,9 +30,24 @@ type weightSource struct {
 	// spec names the model to the workers; Device and Config are set as
 	// it loads.
 	spec tp.LoadSpec
-	// dummy, for a dummy model, is its plan: the weights' bytes it will
-	// build (a checkpoint's are its tensors', model.Model.WeightBytes).
+	// dummy, for a dummy model, is its plan (weightBytes).
 	dummy *model.Dummy
+}
+
+// weightBytes is the device memory of rank 0's share, out of size ranks,
+// of the weights the source loads: a dummy's from its plan (sharded here,
+// so only for a source that loads nothing after), a checkpoint's from m's
+// tensors (m already sharded as much).
+func (ws weightSource) weightBytes(m *model.Model, size int) (int64, error) {
+	if ws.dummy == nil {
+		return m.WeightBytes(), nil
+	}
+	if size > 1 {
+		if _, err := ws.dummy.Shard(0, size); err != nil {
+			return 0, err
+		}
+	}
+	return ws.dummy.Bytes(), nil
 }
 
 // modelFlags are the flags serve and generate share to name what to run:

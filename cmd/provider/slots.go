@@ -201,24 +201,21 @@ func (sl *serveLoader) names() []string {
 }
 
 // open opens a catalog entry's checkpoint (not its weights).
-func (sl *serveLoader) open(e catalogEntry) (*model.Model, weightSource, int64, error) {
+func (sl *serveLoader) open(e catalogEntry) (*model.Model, weightSource, error) {
 	if e.dummy {
 		m, _, src, err := sl.mf.openDummy("serve", func(msg string) { sl.log.Info(msg) })
-		if err != nil {
-			return nil, weightSource{}, 0, err
-		}
-		return m, src, src.dummy.Bytes(), nil
+		return m, src, err
 	}
 	m, err := openModel(e.path, sl.tp.Size())
 	if err != nil {
-		return nil, weightSource{}, 0, fmt.Errorf("serve: %s: %w", e.name, err)
+		return nil, weightSource{}, fmt.Errorf("serve: %s: %w", e.name, err)
 	}
 	bar := newProgress(os.Stderr, "loading "+e.name, sl.log)
 	upload := func(s mlx.Stream) (*model.Weights, error) {
 		defer bar.done()
 		return m.UploadProgress(s, bar.report)
 	}
-	return m, checkpointSource(e.path, upload), m.WeightBytes(), nil
+	return m, checkpointSource(e.path, upload), nil
 }
 
 // capContext applies --ctx-size to a model's config: a smaller context is
@@ -253,7 +250,7 @@ func (sl *serveLoader) Probe(name string) (slots.Info, error) {
 	if probed {
 		return info, nil
 	}
-	m, src, weights, err := sl.open(e)
+	m, src, err := sl.open(e)
 	if err != nil {
 		return slots.Info{}, fmt.Errorf("%w: %w", slots.ErrUnsupported, err)
 	}
@@ -262,20 +259,17 @@ func (sl *serveLoader) Probe(name string) (slots.Info, error) {
 	if sl.archs != nil && !slices.Contains(sl.archs, m.Config.Arch) {
 		return slots.Info{}, fmt.Errorf("%w: architecture %q has no adapter", slots.ErrUnsupported, m.Config.Arch)
 	}
-	if n := sl.tp.Size(); n > 1 {
-		// This process holds rank 0's share, the largest: its weights
-		// and its KV heads are what the budget must hold here.
+	// This process holds rank 0's share, the largest: its weights and its
+	// KV heads are what the budget must hold here.
+	n := sl.tp.Size()
+	if n > 1 {
 		if _, err := m.Shard(0, n); err != nil {
 			return slots.Info{}, fmt.Errorf("%w: %w", slots.ErrUnsupported, err)
 		}
-		weights = m.WeightBytes()
-		if d := src.dummy; d != nil {
-			// The probe's own plan, discarded after it.
-			if _, err := d.Shard(0, n); err != nil {
-				return slots.Info{}, fmt.Errorf("%w: %w", slots.ErrUnsupported, err)
-			}
-			weights = d.Bytes()
-		}
+	}
+	weights, err := src.weightBytes(m, n)
+	if err != nil {
+		return slots.Info{}, fmt.Errorf("%w: %w", slots.ErrUnsupported, err)
 	}
 	// The most its rows can hold: every row at the full context, at
 	// float32 (the widest activation type) when the context is known.
@@ -306,7 +300,7 @@ func (sl *serveLoader) Load(_ context.Context, name string, grant int64) (slots.
 	e := sl.entries[name]
 	sl.mu.Unlock()
 	l, err := loadModel(func() (*model.Model, string, weightSource, error) {
-		m, up, _, err := sl.open(e)
+		m, up, err := sl.open(e)
 		if err == nil {
 			sl.capContext(name, &m.Config)
 		}
