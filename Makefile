@@ -91,6 +91,7 @@ cuda-check: $(DEPS)/nvrtc/.ok
 	python3 scripts/gpu/nvrtc_check.py $(DEPS)/nvrtc/x/nvidia/cu13
 	python3 scripts/gpu/mma_emulate.py
 	python3 scripts/gpu/gemv_emulate.py
+	python3 scripts/gpu/fp4_emulate.py
 	python3 scripts/gpu/rope_emulate.py
 
 # The matrix-vector kernels' instructions for an H100, counted by opcode

@@ -267,3 +267,37 @@ func (f *Frame) fusedGemv(name string, want int, call func(res *C.mlx_vector_arr
 	}
 	return out, true
 }
+
+// GatherFP4 is a mixture's expert products for MXFP4 expert stacks, where
+// its CUDA kernel takes them: y [P, N] holds, for each routed pair p (of
+// idx [P], int32 or uint32, each an expert of w), x[p / topk] @
+// dequantize(w[idx[p]]).T, plus bias[idx[p]] where bias [E, N] (x's type)
+// is valid, rounded as the product and the sum apart would be. x is
+// [rows, K] with rows * topk = P, w [E, N, K / 8] uint32 and scales [E, N,
+// K / 32] uint8 (MLX's "mxfp4" mode, groups of 32). The kernel reads each
+// expert's weights once for up to eight of its pairs, where MLX's
+// gather_qmm reads them once for every pair; it runs on a CUDA stream for
+// up to 1,024 pairs, unless PROVIDER_GPU_GATHER_FP4=0 (read once). Where
+// it does not run, ok is false and the frame unchanged, for the caller to
+// build GatherQMM's products; a failed call fails the frame (ok true).
+func (f *Frame) GatherFP4(x, w, scales, idx, bias Array, topk int) (y Array, ok bool) {
+	if !f.onCUDAStream() {
+		return Array{}, false
+	}
+	in := []Array{x, w, scales, idx}
+	if bias.Valid() {
+		in = append(in, bias)
+	}
+	out, ok := f.fusedGemv("gather_fp4", 1, func(r *C.mlx_vector_array) C.int {
+		return C.mlx_cuda_gather_fp4(r, x.c, w.c, scales.c, idx.c, bias.c, C.int(topk), f.s.c)
+	}, in...)
+	if !ok {
+		return Array{}, false
+	}
+	return out[0], true
+}
+
+// SetGatherFP4 turns GatherFP4's kernel on or off
+// (PROVIDER_GPU_GATHER_FP4's setting) and returns the setting before: for
+// tests and benchmarks that compare it with GatherQMM in one process.
+func SetGatherFP4(on bool) bool { return bool(C.mlx_cuda_set_gather_fp4(C.bool(on))) }

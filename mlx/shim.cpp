@@ -6,6 +6,7 @@
 // error becomes a status code, never a process exit.
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -1923,6 +1924,201 @@ constexpr const char* kSwigluHalves = R"(
   y[m * F + i] = static_cast<T>(g / (1.0f + expf(-g)) * u);
 )";
 
+// The expert products of a mixture's routed rows (CUDA, compiled at run
+// time by MLX), for MXFP4 expert stacks: y [P, N] holds, for each routed
+// pair p, x[p / TOPK] @ dequantize(w[idx[p]]).T (+ bias[idx[p]], rounded as
+// the product and then the sum would be apart), where x [rows, K] is of
+// type T, w [E, N, K / 8] packs each expert's 4-bit E2M1 values low bits
+// first, and scales [E, N, K / 32] are E8M0 exponents, one per group of 32
+// values. A block of W warps takes one expert (blockIdx.y) and W * R of
+// its outputs; warp 0 first lists the pairs routed to the expert (in pair
+// order, by ballot), and the block returns at once where there are none,
+// so each expert's weights are read by the blocks of its own pairs only,
+// once for every MR of them, however many pairs chose it. Lanes take turns
+// over 16-byte chunks of the warp's R outputs (32 values, one group), U
+// chunks a turn loaded before any is used; a value becomes a float
+// through a 16-entry table in shared memory, a chunk's sum is scaled by
+// its group's 2^(s - 127) once. A pair's floats depend only on its own
+// row and expert, not on the other pairs of the call.
+constexpr const char* kGatherFp4 = R"(
+  constexpr int VALS = 32;
+  const int K = w_shape[2] * 8;
+  const int N = w_shape[1];
+  const int P = idx_shape[0];
+  const int chunks = K / VALS;
+  const int e = blockIdx.y;
+  const int lane = threadIdx.x & 31;
+  const int wid = threadIdx.x >> 5;
+  const int n0 = (blockIdx.x * W + wid) * R;
+  __shared__ int list[PMAX];
+  __shared__ int count;
+  __shared__ float lut[16];
+  if (threadIdx.x < 16) {
+    const int m = threadIdx.x & 7, ex = m >> 1;
+    const float mag = ex == 0 ? 0.5f * (m & 1) : (1.0f + 0.5f * (m & 1)) * static_cast<float>(1 << (ex - 1));
+    lut[threadIdx.x] = threadIdx.x & 8 ? -mag : mag;
+  }
+  if (wid == 0) {
+    int c = 0;
+    for (int j0 = 0; j0 < P; j0 += 32) {
+      const int j = j0 + lane;
+      const bool hit = j < P && static_cast<int>(idx[j]) == e;
+      const unsigned b = __ballot_sync(0xffffffffu, hit);
+      if (hit) {
+        list[c + __popc(b & ((1u << lane) - 1u))] = j;
+      }
+      c += __popc(b);
+    }
+    if (lane == 0) {
+      count = c;
+    }
+  }
+  __syncthreads();
+  const int routed = count;
+  if (routed == 0 || n0 >= N) {
+    return;
+  }
+  int rows[R];
+#pragma unroll
+  for (int r = 0; r < R; r++) {
+    rows[r] = e * N + min(n0 + r, N - 1);
+  }
+  const uint4* wq = reinterpret_cast<const uint4*>(w);
+  // Eight values of T at p as floats, as one or two vectors where p is
+  // aligned (unit a uint4), else one value at a time (unit a T).
+  auto load8 = [](auto unit, const T* p, float* out) {
+    using V = decltype(unit);
+    alignas(16) T t[8];
+    if constexpr (sizeof(V) > sizeof(T)) {
+#pragma unroll
+      for (int b = 0; b < 8 * (int)sizeof(T) / 16; b++) {
+        reinterpret_cast<uint4*>(t)[b] = __ldg(reinterpret_cast<const uint4*>(p) + b);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; i++) {
+        t[i] = p[i];
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+      out[i] = static_cast<float>(t[i]);
+    }
+  };
+  auto pass = [&](auto unit) {
+    for (int i0 = 0; i0 < routed; i0 += MR) {
+      int pair[MR];
+      const T* xr[MR];
+      float acc[MR][R];
+#pragma unroll
+      for (int m = 0; m < MR; m++) {
+        pair[m] = list[min(i0 + m, routed - 1)];
+        xr[m] = x + (size_t)(pair[m] / TOPK) * K;
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+          acc[m][r] = 0.f;
+        }
+      }
+      for (int c0 = lane; c0 < chunks; c0 += 32 * U) {
+        uint4 wv[U][R];
+        float sc[U][R];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+          const int c = c0 + 32 * u;
+#pragma unroll
+          for (int r = 0; r < R; r++) {
+            if (c < chunks) {
+              wv[u][r] = __ldg(wq + (size_t)rows[r] * chunks + c);
+              const unsigned s = scales[(size_t)rows[r] * chunks + c];
+              sc[u][r] = __uint_as_float(s == 0 ? 0x00400000u : s << 23);
+            } else {
+              wv[u][r] = make_uint4(0, 0, 0, 0);
+              sc[u][r] = 0.f;
+            }
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+          const int c = c0 + 32 * u;
+          if (c >= chunks) {
+            break;
+          }
+          float dot[MR][R];
+#pragma unroll
+          for (int m = 0; m < MR; m++) {
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+              dot[m][r] = 0.f;
+            }
+          }
+#pragma unroll
+          for (int j = 0; j < 4; j++) {
+            float xf[MR][8];
+#pragma unroll
+            for (int m = 0; m < MR; m++) {
+              load8(unit, xr[m] + (size_t)c * VALS + j * 8, xf[m]);
+            }
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+              const unsigned word = j == 0 ? wv[u][r].x : j == 1 ? wv[u][r].y : j == 2 ? wv[u][r].z : wv[u][r].w;
+#pragma unroll
+              for (int q = 0; q < 8; q++) {
+                const float v = lut[(word >> (4 * q)) & 15u];
+#pragma unroll
+                for (int m = 0; m < MR; m++) {
+                  dot[m][r] = fmaf(xf[m][q], v, dot[m][r]);
+                }
+              }
+            }
+          }
+#pragma unroll
+          for (int m = 0; m < MR; m++) {
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+              acc[m][r] = fmaf(sc[u][r], dot[m][r], acc[m][r]);
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < MR; m++) {
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+#pragma unroll
+          for (int o = 16; o > 0; o >>= 1) {
+            acc[m][r] += __shfl_xor_sync(0xffffffffu, acc[m][r], o);
+          }
+        }
+      }
+      if (lane == 0) {
+#pragma unroll
+        for (int m = 0; m < MR; m++) {
+          if (i0 + m >= routed) {
+            break;
+          }
+#pragma unroll
+          for (int r = 0; r < R; r++) {
+            const int n = n0 + r;
+            if (n < N) {
+              T out = static_cast<T>(acc[m][r]);
+              if (HAS_BIAS) {
+                out = static_cast<T>(static_cast<float>(out) + static_cast<float>(bias[(size_t)e * N + n]));
+              }
+              y[(size_t)pair[m] * N + n] = out;
+            }
+          }
+        }
+      }
+    }
+  };
+  // x's rows start 16-byte aligned where x does (K is a multiple of 32).
+  if ((reinterpret_cast<size_t>(x) & 15) == 0) {
+    pass(uint4{});
+  } else {
+    pass(T{});
+  }
+)";
+
 // float_bits is a float's bits as an int (a template argument).
 int float_bits(float f) {
   int b;
@@ -1940,6 +2136,27 @@ const mx::Stream& cuda_stream(const mlx_stream s, const char* op) {
     throw std::invalid_argument(std::string(op) + ": runs only on a CUDA stream");
   }
   return st;
+}
+
+// The most routed pairs the expert kernel takes in one call (its list of
+// an expert's pairs lives in shared memory); more run through MLX's
+// gather_qmm.
+constexpr int kGatherFp4Pairs = 1024;
+
+// gather_fp4_on reports whether the expert kernel may take products:
+// PROVIDER_GPU_GATHER_FP4 (read once) unless set_gather_fp4 set it since.
+std::atomic<int> g_gather_fp4{-1};
+
+bool gather_fp4_on() {
+  int v = g_gather_fp4.load();
+  if (v < 0) {
+    const char* e = std::getenv("PROVIDER_GPU_GATHER_FP4");
+    v = e == nullptr || std::strcmp(e, "0") != 0;
+    int unset = -1;
+    g_gather_fp4.compare_exchange_strong(unset, v);
+    v = g_gather_fp4.load();
+  }
+  return v == 1;
 }
 
 // AffineKernel is which of the project's kernels takes an affine
@@ -2177,6 +2394,62 @@ int mlx_cuda_swiglu_halves(mlx_array* res, const mlx_array x, const mlx_stream s
                       {{"T", xa.dtype()}, {"F", F}}, st);
     set(res, out[0]);
   });
+}
+
+int mlx_cuda_gather_fp4(mlx_vector_array* res, const mlx_array x, const mlx_array w, const mlx_array scales,
+                        const mlx_array idx, const mlx_array bias, int topk, const mlx_stream s) {
+  return guard([&] {
+    vec(*res).clear();
+    const mx::Stream& st = strm(s);
+    if (st.device != mx::Device::gpu || !mx::cu::is_available() || !gather_fp4_on()) {
+      return;
+    }
+    const mx::array &xa = arr(x), &wa = arr(w), &sa = arr(scales), &ia = arr(idx);
+    if (!float_type(xa.dtype()) || xa.ndim() != 2 || wa.ndim() != 3 || wa.dtype() != mx::uint32 || sa.ndim() != 3 ||
+        sa.dtype() != mx::uint8 || ia.ndim() != 1 || (ia.dtype() != mx::int32 && ia.dtype() != mx::uint32) ||
+        topk < 1) {
+      return;
+    }
+    const int E = wa.shape(0), N = wa.shape(1), K = xa.shape(1), P = ia.shape(0);
+    if (K % 32 != 0 || wa.shape(2) * 8 != K || sa.shape(0) != E || sa.shape(1) != N || sa.shape(2) != K / 32 ||
+        P < 1 || P > kGatherFp4Pairs || static_cast<int64_t>(xa.shape(0)) * topk != P || E > 65535) {
+      return;
+    }
+    const bool has_bias = bias.ctx != nullptr;
+    if (has_bias) {
+      const mx::array& b = arr(bias);
+      if (b.ndim() != 2 || b.shape(0) != E || b.shape(1) != N || b.dtype() != xa.dtype()) {
+        return;
+      }
+    }
+    static auto kernel = mx::fast::cuda_kernel("gather_fp4", {"x", "w", "scales", "idx", "bias"}, {"y"}, kGatherFp4,
+                                               "", /*ensure_row_contiguous=*/true);
+    // A pass takes MR pairs of an expert: about as many as an expert has
+    // on average (its registers grow with MR, and fewer threads then hide
+    // the weights' loads), at most 8.
+    constexpr int R = 4, W = 4, U = 2;
+    const int MR = P <= E ? 1 : P <= 2 * E ? 2 : P <= 4 * E ? 4 : 8;
+    const int blocks = (N + W * R - 1) / (W * R);
+    // Without biases the kernel reads none.
+    mx::array b = has_bias ? arr(bias) : float_zeros(1, st);
+    auto out = launch(kernel, {xa, wa, sa, ia, b}, {{P, N}}, {xa.dtype()}, {blocks * W * 32, E, 1}, {W * 32, 1, 1},
+                      {{"T", xa.dtype()},
+                       {"TOPK", topk},
+                       {"R", R},
+                       {"W", W},
+                       {"MR", MR},
+                       {"U", U},
+                       {"PMAX", kGatherFp4Pairs},
+                       {"HAS_BIAS", has_bias}},
+                      st);
+    vec(*res) = std::move(out);
+  });
+}
+
+bool mlx_cuda_set_gather_fp4(bool on) {
+  const bool was = gather_fp4_on();
+  g_gather_fp4.store(on ? 1 : 0);
+  return was;
 }
 
 int mlx_cuda_affine_gemv_add(mlx_vector_array* res, const mlx_array x, const mlx_array w, const mlx_array scales,

@@ -319,7 +319,9 @@ func (m *Model) mixture(f *mlx.Frame, l *layer, h mlx.Array) mlx.Array {
 	}
 
 	var out mlx.Array
-	if N*K < sortAt {
+	if y, ok := m.expertsPairs(f, &l.moe, x, f.Reshape(idx, N*K), K); ok {
+		out = f.Reshape(y, N, K, 1, H)
+	} else if N*K < sortAt {
 		out = m.experts(f, &l.moe, f.Reshape(x, N, 1, 1, H), idx, false) // [N, K, 1, H]
 	} else {
 		// Rows ordered by expert: each (token, expert) pair becomes a row
@@ -351,17 +353,7 @@ func (m *Model) mixture(f *mlx.Frame, l *layer, h mlx.Array) mlx.Array {
 func (m *Model) experts(f *mlx.Frame, e *experts, x, idx mlx.Array, sorted bool) mlx.Array {
 	var gate, up mlx.Array
 	if e.fused {
-		gu := e.gateUp.apply(f, x, idx, sorted)
-		sh := gu.Shape()
-		lead, width := sh[:len(sh)-1], sh[len(sh)-1]/2
-		pairs := f.Reshape(gu, append(append([]int{}, lead...), width, 2)...)
-		half := func(j int) mlx.Array {
-			start := make([]int, len(lead)+2)
-			stop := append(append([]int{}, lead...), width, j+1)
-			start[len(start)-1] = j
-			return f.Reshape(f.Slice(pairs, start, stop), append(append([]int{}, lead...), width)...)
-		}
-		gate, up = half(0), half(1)
+		gate, up = splitGateUp(f, e.gateUp.apply(f, x, idx, sorted))
 	} else {
 		up, gate = e.up.apply(f, x, idx, sorted), e.gate.apply(f, x, idx, sorted)
 	}
@@ -369,6 +361,59 @@ func (m *Model) experts(f *mlx.Frame, e *experts, x, idx mlx.Array, sorted bool)
 		return e.down.product(f, m.swiglu(f, gate, up), idx, sorted)
 	}
 	return e.down.apply(f, m.swiglu(f, gate, up), idx, sorted)
+}
+
+// splitGateUp splits a fused gate/up product [..., 2F], its output
+// features alternating gate, up, into gate and up [..., F].
+func splitGateUp(f *mlx.Frame, gu mlx.Array) (gate, up mlx.Array) {
+	sh := gu.Shape()
+	lead, width := sh[:len(sh)-1], sh[len(sh)-1]/2
+	pairs := f.Reshape(gu, append(append([]int{}, lead...), width, 2)...)
+	half := func(j int) mlx.Array {
+		start := make([]int, len(lead)+2)
+		stop := append(append([]int{}, lead...), width, j+1)
+		start[len(start)-1] = j
+		return f.Reshape(f.Slice(pairs, start, stop), append(append([]int{}, lead...), width)...)
+	}
+	return half(0), half(1)
+}
+
+// expertsPairs runs each routed pair through its expert's MLP with the
+// MXFP4 expert kernel (mlx.Frame.GatherFP4), which needs neither the rows
+// sorted by expert nor copies of them: x is [N, H], pairs [N*K] (each
+// token's K experts in turn), and the result [N*K, H] in pair order. ok is
+// false where the kernel does not take the stacks (another mode, off a
+// CUDA stream, too many pairs), for the caller to run experts.
+func (m *Model) expertsPairs(f *mlx.Frame, e *experts, x, pairs mlx.Array, k int) (y mlx.Array, ok bool) {
+	product := func(s *expertStack, in mlx.Array, topk int, bias bool) (mlx.Array, bool) {
+		w := s.w
+		if s.inRows || !w.Quantized() || w.Mode != "mxfp4" || w.Reduce.Valid() {
+			return mlx.Array{}, false
+		}
+		var b mlx.Array
+		if bias {
+			b = s.bias
+		}
+		return f.GatherFP4(in, w.W, w.Scales, pairs, b, topk)
+	}
+	var gate, up mlx.Array
+	if e.fused {
+		gu, ok := product(&e.gateUp, x, k, true)
+		if !ok {
+			return mlx.Array{}, false
+		}
+		gate, up = splitGateUp(f, gu)
+	} else {
+		var okGate, okUp bool
+		gate, okGate = product(&e.gate, x, k, true)
+		if !okGate {
+			return mlx.Array{}, false
+		}
+		if up, okUp = product(&e.up, x, k, true); !okUp {
+			return mlx.Array{}, false
+		}
+	}
+	return product(&e.down, m.swiglu(f, gate, up), 1, !e.partial)
 }
 
 // swiglu is gpt-oss's clamped gate: (clip(up, ±limit) + 1) *

@@ -29,9 +29,9 @@ if [ ! -f "$W/site.tar.xz" ]; then
 	tar cf - -C "$W/site" . | xz -T0 -6 > "$W/site.tar.xz"
 fi
 rm -f "$W"/part*
-# Parts of 22 MB: the tracked tree (about 34 MB) and one part stay under a
-# call's 64 MiB as the tree grows.
-split -b 22000000 -d "$W/site.tar.xz" "$W/part"
+# Parts of 20 MB (PART_BYTES): the tracked tree (about 44 MB) and one part
+# stay under a call's 64 MiB as the tree grows.
+split -b "${PART_BYTES:-20000000}" -d "$W/site.tar.xz" "$W/part"
 parts=("$W"/part*)
 K=${#parts[@]}
 N=$((K + 1))
