@@ -226,4 +226,3 @@ func TestGatherFP4LeavesTheCPU(t *testing.T) {
 		}
 	})
 }
-
