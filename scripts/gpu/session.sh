@@ -13,6 +13,7 @@
 #   bash scripts/gpu/session.sh steps    # decode step: MLX's matmul, the kernel, fused projections; mlx-lm's step
 #   bash scripts/gpu/session.sh pace     # one machine: the bare step, then served c=1 TPOT per server setting
 #   RUNS="1:- 64:- 64:-:affine4" bash scripts/gpu/session.sh gptoss  # gpt-oss-20b served (dummy weights), traced
+#   SETTINGS="PROVIDER_GPU_GATHER_FP4=1 PROVIDER_GPU_GATHER_FP4=0" bash scripts/gpu/session.sh fp4  # the expert kernel: tests, then served
 #   bash scripts/gpu/session.sh trace    # device timelines (ktrace): our step, mlx-lm's, our server's at c=1
 #   TRACE_STEPS=0 TRACE_CONCURRENCY=16 SETTINGS="PROVIDER_STEP_AHEAD=1 PROVIDER_STEP_AHEAD=0" bash scripts/gpu/session.sh trace
 #   SETTINGS="- MLX_MAX_OPS_PER_BUFFER=200" bash scripts/gpu/session.sh mlxenv  # the step per MLX setting
@@ -28,7 +29,7 @@
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
-PHASE=${1:?usage: session.sh test|llama|prefix|diag|burst|qmv|steps|pace|trace|gptoss|mlxenv|runs|hprof|qmvtrace}
+PHASE=${1:?usage: session.sh test|llama|prefix|diag|burst|qmv|steps|pace|trace|gptoss|fp4|mlxenv|runs|hprof|qmvtrace}
 R=${R:-${OUT:?set OUT or R}}
 D=/tmp/session-$PHASE
 rm -rf "$D" && mkdir -p "$D"
@@ -373,6 +374,24 @@ json.dump(c, open(sys.argv[2], "w"), indent=1)' testdata/configs/gpt-oss-20b.jso
 		# tarball must come back within a call's limit.
 		rm -f "$D/trace-$name.txt.xz"
 		cp "$D/kernels-$name.txt" "$D/steps-$name.txt" "$D/bench-$name.txt" "$D/server-$name.log" "$R/" 2>/dev/null
+	done
+	;;
+fp4)
+	# The MXFP4 expert kernel: mlx's CUDA test of it and gpt-oss's (greedy
+	# tokens through it and through gather_qmm, on the tiny fixtures),
+	# then gpt-oss-20b served untraced (bench_gpu.sh gptoss) once per
+	# setting in SETTINGS (default: the kernel, then gather_qmm), in turn.
+	nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$D/gpu.txt"
+	cuda_test mlx mlx "${MLX_RUN:-GatherFP4}"
+	cuda_test gptoss model/gptoss "${GPTOSS_RUN:-ExpertKernel}"
+	for setting in ${SETTINGS:-PROVIDER_GPU_GATHER_FP4=1 PROVIDER_GPU_GATHER_FP4=0}; do
+		next_setting "$setting"
+		env "${vars[@]}" OUT="$D/gptoss-$i" PROVIDER=/tmp/provider TOKENIZER_GPTOSS=/tmp/tok/gptoss.json \
+			GPTOSS_CONCURRENCY="${GPTOSS_CONCURRENCY:-1,8,32,64}" REQUESTS="${REQUESTS:-64}" WARM_REQUESTS=8 \
+			MAX_TOKENS=64 PROMPT_TOKENS=128 MAX_CONCURRENT=64 timeout "${LIMIT:-240}" bash scripts/bench_gpu.sh gptoss \
+			>"$D/gptoss-$i.txt" 2>&1
+		echo "run $i ($setting): exit $?"
+		grep 'gpt-oss-20b' "$D/gptoss-$i.txt"
 	done
 	;;
 mlxenv)
