@@ -277,9 +277,12 @@ func (f *Frame) fusedGemv(name string, want int, call func(res *C.mlx_vector_arr
 // K / 32] uint8 (MLX's "mxfp4" mode, groups of 32). The kernel reads each
 // expert's weights once for up to eight of its pairs, where MLX's
 // gather_qmm reads them once for every pair; it runs on a CUDA stream for
-// up to 1,024 pairs, unless PROVIDER_GPU_GATHER_FP4=0 (read once). Where
-// it does not run, ok is false and the frame unchanged, for the caller to
-// build GatherQMM's products; a failed call fails the frame (ok true).
+// up to 1,024 pairs where PROVIDER_GPU_GATHER_FP4=1 (read once) or
+// SetGatherFP4 turned it on: it is off by default until a device has run
+// TestGatherFP4CUDA (its host emulation, scripts/gpu/fp4_emulate.py, and
+// NVRTC's compile of it pass). Where it does not run, ok is false and the
+// frame unchanged, for the caller to build GatherQMM's products; a failed
+// call fails the frame (ok true).
 func (f *Frame) GatherFP4(x, w, scales, idx, bias Array, topk int) (y Array, ok bool) {
 	if !f.onCUDAStream() {
 		return Array{}, false

@@ -67,6 +67,7 @@ func fp4Reference(xs []float32, words []uint32, sc []uint8, idx []int32, n, k, t
 // and a CPU stream must leave it to the caller.
 func TestGatherFP4CUDA(t *testing.T) {
 	onCUDA(t, func(s Stream) {
+		defer SetGatherFP4(SetGatherFP4(true))
 		f := NewFrame(s)
 		defer f.Free()
 		rng := rand.New(rand.NewPCG(41, 42))
@@ -199,6 +200,7 @@ func TestGatherFP4CUDA(t *testing.T) {
 // CPU.
 func TestGatherFP4LeavesTheCPU(t *testing.T) {
 	onThread(t, func(s Stream) {
+		defer SetGatherFP4(SetGatherFP4(true))
 		f := NewFrame(s)
 		defer f.Free()
 		rng := rand.New(rand.NewPCG(43, 44))

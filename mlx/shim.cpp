@@ -2144,14 +2144,15 @@ const mx::Stream& cuda_stream(const mlx_stream s, const char* op) {
 constexpr int kGatherFp4Pairs = 1024;
 
 // gather_fp4_on reports whether the expert kernel may take products:
-// PROVIDER_GPU_GATHER_FP4 (read once) unless set_gather_fp4 set it since.
+// PROVIDER_GPU_GATHER_FP4=1 (read once; off by default until a device has
+// run its tests) unless mlx_cuda_set_gather_fp4 set it since.
 std::atomic<int> g_gather_fp4{-1};
 
 bool gather_fp4_on() {
   int v = g_gather_fp4.load();
   if (v < 0) {
     const char* e = std::getenv("PROVIDER_GPU_GATHER_FP4");
-    v = e == nullptr || std::strcmp(e, "0") != 0;
+    v = e != nullptr && std::strcmp(e, "1") == 0;
     int unset = -1;
     g_gather_fp4.compare_exchange_strong(unset, v);
     v = g_gather_fp4.load();
