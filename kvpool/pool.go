@@ -103,6 +103,18 @@ const (
 // decode kernel takes per turn (the tests also run 1).
 var pagedKeys = 4
 
+// pagedHeads reports whether the paged decode kernel takes every layer's
+// head size (a multiple of 32, at most 512); a pool with others (the tiny
+// test checkpoints) attends through the MLX-ops path.
+func pagedHeads(layers []Layer) bool {
+	for _, l := range layers {
+		if l.HeadDim%32 != 0 || l.HeadDim > 512 {
+			return false
+		}
+	}
+	return true
+}
+
 // New makes an empty pool for layers whose cached elements have dtype d,
 // on stream s (which must outlive the pool).
 func New(s mlx.Stream, d mlx.Dtype, layers []Layer, opt Options) (*Pool, error) {
@@ -120,9 +132,10 @@ func New(s mlx.Stream, d mlx.Dtype, layers []Layer, opt Options) (*Pool, error) 
 				return nil, err
 			}
 			switch {
-			case ok && v == "split":
+			case !ok || !pagedHeads(layers):
+			case v == "split":
 				p.decode = decodeSplit
-			case ok:
+			default:
 				p.decode = decodePaged
 			}
 		case "0":

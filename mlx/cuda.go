@@ -275,7 +275,7 @@ func (f *Frame) fusedGemv(name string, want int, call func(res *C.mlx_vector_arr
 // is valid, rounded as the product and the sum apart would be. x is
 // [rows, K] with rows * topk = P, w [E, N, K / 8] uint32 and scales [E, N,
 // K / 32] uint8 (MLX's "mxfp4" mode, groups of 32). The kernel reads each
-// expert's weights once for up to eight of its pairs, where MLX's
+// expert's weights once for up to four of its pairs, where MLX's
 // gather_qmm reads them once for every pair; it runs on a CUDA stream for
 // up to 1,024 pairs where PROVIDER_GPU_GATHER_FP4=1 (read once) or
 // SetGatherFP4 turned it on: it is off by default until a device has run

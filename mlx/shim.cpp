@@ -1926,9 +1926,9 @@ constexpr const char* kSwigluHalves = R"(
 
 // The expert products of a mixture's routed rows (CUDA, compiled at run
 // time by MLX), for MXFP4 expert stacks: y [P, N] holds, for each routed
-// pair p, x[p / TOPK] @ dequantize(w[idx[p]]).T (+ bias[idx[p]], rounded as
-// the product and then the sum would be apart), where x [rows, K] is of
-// type T, w [E, N, K / 8] packs each expert's 4-bit E2M1 values low bits
+// pair p, x[p / topk] @ dequantize(w[idx[p]]).T (+ bias[idx[p]], rounded as
+// the product and then the sum would be apart; topk = P / rows), where x
+// [rows, K] is of type T, w [E, N, K / 8] packs each expert's 4-bit E2M1 values low bits
 // first, and scales [E, N, K / 32] are E8M0 exponents, one per group of 32
 // values. A block of W warps takes one expert (blockIdx.y) and W * R of
 // its outputs; warp 0 first lists the pairs routed to the expert (in pair
@@ -1945,6 +1945,7 @@ constexpr const char* kGatherFp4 = R"(
   const int K = w_shape[2] * 8;
   const int N = w_shape[1];
   const int P = idx_shape[0];
+  const int topk = P / x_shape[0];
   const int chunks = K / VALS;
   const int e = blockIdx.y;
   const int lane = threadIdx.x & 31;
@@ -1984,12 +1985,12 @@ constexpr const char* kGatherFp4 = R"(
     rows[r] = e * N + min(n0 + r, N - 1);
   }
   const uint4* wq = reinterpret_cast<const uint4*>(w);
-  // Eight values of T at p as floats, as one or two vectors where p is
-  // aligned (unit a uint4), else one value at a time (unit a T).
-  auto load8 = [](auto unit, const T* p, float* out) {
-    using V = decltype(unit);
+  // x's rows start 16-byte aligned where x does (K is a multiple of 32):
+  // then eight values of T load as one or two vectors, else one at a time.
+  const bool aligned = (reinterpret_cast<size_t>(x) & 15) == 0;
+  auto load8 = [&](const T* p, float* out) {
     alignas(16) T t[8];
-    if constexpr (sizeof(V) > sizeof(T)) {
+    if (aligned) {
 #pragma unroll
       for (int b = 0; b < 8 * (int)sizeof(T) / 16; b++) {
         reinterpret_cast<uint4*>(t)[b] = __ldg(reinterpret_cast<const uint4*>(p) + b);
@@ -2005,117 +2006,115 @@ constexpr const char* kGatherFp4 = R"(
       out[i] = static_cast<float>(t[i]);
     }
   };
-  auto pass = [&](auto unit) {
-    for (int i0 = 0; i0 < routed; i0 += MR) {
-      int pair[MR];
-      const T* xr[MR];
-      float acc[MR][R];
+  for (int i0 = 0; i0 < routed; i0 += MR) {
+    // The pass's pairs: the last pass may hold fewer than MR.
+    const int live = min(MR, routed - i0);
+    int pair[MR];
+    const T* xr[MR];
+    float acc[MR][R];
 #pragma unroll
-      for (int m = 0; m < MR; m++) {
-        pair[m] = list[min(i0 + m, routed - 1)];
-        xr[m] = x + (size_t)(pair[m] / TOPK) * K;
+    for (int m = 0; m < MR; m++) {
+      pair[m] = list[min(i0 + m, routed - 1)];
+      xr[m] = x + (size_t)(pair[m] / topk) * K;
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        acc[m][r] = 0.f;
+      }
+    }
+    for (int c0 = lane; c0 < chunks; c0 += 32 * U) {
+      uint4 wv[U][R];
+      float sc[U][R];
+#pragma unroll
+      for (int u = 0; u < U; u++) {
+        const int c = c0 + 32 * u;
 #pragma unroll
         for (int r = 0; r < R; r++) {
-          acc[m][r] = 0.f;
+          if (c < chunks) {
+            wv[u][r] = __ldg(wq + (size_t)rows[r] * chunks + c);
+            const unsigned s = scales[(size_t)rows[r] * chunks + c];
+            sc[u][r] = __uint_as_float(s == 0 ? 0x00400000u : s << 23);
+          } else {
+            wv[u][r] = make_uint4(0, 0, 0, 0);
+            sc[u][r] = 0.f;
+          }
         }
       }
-      for (int c0 = lane; c0 < chunks; c0 += 32 * U) {
-        uint4 wv[U][R];
-        float sc[U][R];
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-          const int c = c0 + 32 * u;
+      for (int u = 0; u < U; u++) {
+        const int c = c0 + 32 * u;
+        if (c >= chunks) {
+          break;
+        }
+        float dot[MR][R];
+#pragma unroll
+        for (int m = 0; m < MR; m++) {
 #pragma unroll
           for (int r = 0; r < R; r++) {
-            if (c < chunks) {
-              wv[u][r] = __ldg(wq + (size_t)rows[r] * chunks + c);
-              const unsigned s = scales[(size_t)rows[r] * chunks + c];
-              sc[u][r] = __uint_as_float(s == 0 ? 0x00400000u : s << 23);
-            } else {
-              wv[u][r] = make_uint4(0, 0, 0, 0);
-              sc[u][r] = 0.f;
-            }
+            dot[m][r] = 0.f;
           }
         }
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-          const int c = c0 + 32 * u;
-          if (c >= chunks) {
-            break;
-          }
-          float dot[MR][R];
+        for (int j = 0; j < 4; j++) {
+          float xf[MR][8];
 #pragma unroll
           for (int m = 0; m < MR; m++) {
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-              dot[m][r] = 0.f;
+            if (m < live) {
+              load8(xr[m] + (size_t)c * VALS + j * 8, xf[m]);
             }
           }
 #pragma unroll
-          for (int j = 0; j < 4; j++) {
-            float xf[MR][8];
+          for (int r = 0; r < R; r++) {
+            const unsigned word = j == 0 ? wv[u][r].x : j == 1 ? wv[u][r].y : j == 2 ? wv[u][r].z : wv[u][r].w;
 #pragma unroll
-            for (int m = 0; m < MR; m++) {
-              load8(unit, xr[m] + (size_t)c * VALS + j * 8, xf[m]);
-            }
+            for (int q = 0; q < 8; q++) {
+              const float v = lut[(word >> (4 * q)) & 15u];
 #pragma unroll
-            for (int r = 0; r < R; r++) {
-              const unsigned word = j == 0 ? wv[u][r].x : j == 1 ? wv[u][r].y : j == 2 ? wv[u][r].z : wv[u][r].w;
-#pragma unroll
-              for (int q = 0; q < 8; q++) {
-                const float v = lut[(word >> (4 * q)) & 15u];
-#pragma unroll
-                for (int m = 0; m < MR; m++) {
+              for (int m = 0; m < MR; m++) {
+                if (m < live) {
                   dot[m][r] = fmaf(xf[m][q], v, dot[m][r]);
                 }
               }
             }
           }
-#pragma unroll
-          for (int m = 0; m < MR; m++) {
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-              acc[m][r] = fmaf(sc[u][r], dot[m][r], acc[m][r]);
-            }
-          }
         }
-      }
-#pragma unroll
-      for (int m = 0; m < MR; m++) {
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-#pragma unroll
-          for (int o = 16; o > 0; o >>= 1) {
-            acc[m][r] += __shfl_xor_sync(0xffffffffu, acc[m][r], o);
-          }
-        }
-      }
-      if (lane == 0) {
 #pragma unroll
         for (int m = 0; m < MR; m++) {
-          if (i0 + m >= routed) {
-            break;
-          }
 #pragma unroll
           for (int r = 0; r < R; r++) {
-            const int n = n0 + r;
-            if (n < N) {
-              T out = static_cast<T>(acc[m][r]);
-              if (HAS_BIAS) {
-                out = static_cast<T>(static_cast<float>(out) + static_cast<float>(bias[(size_t)e * N + n]));
-              }
-              y[(size_t)pair[m] * N + n] = out;
-            }
+            acc[m][r] = fmaf(sc[u][r], dot[m][r], acc[m][r]);
           }
         }
       }
     }
-  };
-  // x's rows start 16-byte aligned where x does (K is a multiple of 32).
-  if ((reinterpret_cast<size_t>(x) & 15) == 0) {
-    pass(uint4{});
-  } else {
-    pass(T{});
+#pragma unroll
+    for (int m = 0; m < MR; m++) {
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+          acc[m][r] += __shfl_xor_sync(0xffffffffu, acc[m][r], o);
+        }
+      }
+    }
+    if (lane == 0) {
+#pragma unroll
+      for (int m = 0; m < MR; m++) {
+        if (m >= live) {
+          break;
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+          const int n = n0 + r;
+          if (n < N) {
+            T out = static_cast<T>(acc[m][r]);
+            if (HAS_BIAS) {
+              out = static_cast<T>(static_cast<float>(out) + static_cast<float>(bias[(size_t)e * N + n]));
+            }
+            y[(size_t)pair[m] * N + n] = out;
+          }
+        }
+      }
+    }
   }
 )";
 
@@ -2425,17 +2424,16 @@ int mlx_cuda_gather_fp4(mlx_vector_array* res, const mlx_array x, const mlx_arra
     }
     static auto kernel = mx::fast::cuda_kernel("gather_fp4", {"x", "w", "scales", "idx", "bias"}, {"y"}, kGatherFp4,
                                                "", /*ensure_row_contiguous=*/true);
-    // A pass takes MR pairs of an expert: about as many as an expert has
-    // on average (its registers grow with MR, and fewer threads then hide
-    // the weights' loads), at most 8.
-    constexpr int R = 4, W = 4, U = 2;
-    const int MR = P <= E ? 1 : P <= 2 * E ? 2 : P <= 4 * E ? 4 : 8;
+    // A pass takes up to MR pairs of an expert. One work shape for every
+    // call: each distinct launch is a kernel that MLX compiles at run time,
+    // seconds each, so the products of a layer (whatever their pairs)
+    // share one.
+    constexpr int R = 4, W = 4, U = 2, MR = 4;
     const int blocks = (N + W * R - 1) / (W * R);
     // Without biases the kernel reads none.
     mx::array b = has_bias ? arr(bias) : float_zeros(1, st);
     auto out = launch(kernel, {xa, wa, sa, ia, b}, {{P, N}}, {xa.dtype()}, {blocks * W * 32, E, 1}, {W * 32, 1, 1},
                       {{"T", xa.dtype()},
-                       {"TOPK", topk},
                        {"R", R},
                        {"W", W},
                        {"MR", MR},

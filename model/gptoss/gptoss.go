@@ -366,6 +366,9 @@ func (m *Model) experts(f *mlx.Frame, e *experts, x, idx mlx.Array, sorted bool)
 // splitGateUp splits a fused gate/up product [..., 2F], its output
 // features alternating gate, up, into gate and up [..., F].
 func splitGateUp(f *mlx.Frame, gu mlx.Array) (gate, up mlx.Array) {
+	if !gu.Valid() {
+		return gu, gu // a failed frame's
+	}
 	sh := gu.Shape()
 	lead, width := sh[:len(sh)-1], sh[len(sh)-1]/2
 	pairs := f.Reshape(gu, append(append([]int{}, lead...), width, 2)...)

@@ -2,12 +2,13 @@
 """Runs the MXFP4 expert kernel of mlx/shim.cpp on the host, no GPU needed.
 
 kGatherFp4 (y [P, N]: for each routed pair p, x[p / TOPK] @
-dequantize(w[idx[p]]).T, plus bias[idx[p]] where there is one) is a CUDA
+dequantize(w[idx[p]]).T, plus bias[idx[p]] where there is one; TOPK =
+P / x's rows) is a CUDA
 kernel body that MLX compiles at run time. This script compiles the
 unmodified body text with g++ as host functions, one for each set of
-template values, declared as MLX declares them: T, TOPK, R, W, MR, U,
-PMAX and HAS_BIAS as constants; then x, w, scales, idx, bias, w_shape,
-idx_shape and y as parameters. A grid of blocks (blockIdx.x over tiles of
+template values, declared as MLX declares them: T, R, W, MR, U, PMAX and
+HAS_BIAS as constants; then x, x_shape, w, w_shape, scales, idx,
+idx_shape, bias and y as parameters. A grid of blocks (blockIdx.x over tiles of
 W * R outputs, blockIdx.y the expert) runs one block at a time, with one
 host thread for each of a block's W * 32 threads. mma_emulate.py provides
 the host versions of CUDA's names (threadIdx, __syncthreads, __ldg that
@@ -68,7 +69,7 @@ NAME = "kGatherFp4"
 
 # The work shape the server launches (R:W:MR:U) and the size of the
 # block's list of pairs.
-SHAPE = (4, 4, 8, 2)
+SHAPE = (4, 4, 4, 2)
 PMAX = 1024
 
 # The cases: x's type, TOPK, rows of x (P = rows * TOPK), experts E, N, K,
@@ -103,7 +104,7 @@ MUTATIONS = [
     ("the chunk's scale left out", "acc[m][r] = fmaf(sc[u][r], dot[m][r], acc[m][r]);", "acc[m][r] += dot[m][r];"),
     ("scale exponent off by one", "s << 23)", "(s + 1) << 23)"),
     ("x's row from the pair's place in the list, not the pair",
-     "xr[m] = x + (size_t)(pair[m] / TOPK) * K;", "xr[m] = x + (size_t)(min(i0 + m, routed - 1) / TOPK) * K;"),
+     "xr[m] = x + (size_t)(pair[m] / topk) * K;", "xr[m] = x + (size_t)(min(i0 + m, routed - 1) / topk) * K;"),
     ("negative codes from bit 2, not bit 3", "threadIdx.x & 8 ? -mag : mag", "threadIdx.x & 4 ? -mag : mag"),
     ("code 1 read as 0.25", "0.5f * (m & 1)", "0.25f * (m & 1)"),
     ("a lane's place in the list counts itself", "(1u << lane) - 1u", "(2u << lane) - 1u"),
@@ -112,6 +113,10 @@ MUTATIONS = [
      "static_cast<int>(idx[j]) <= e"),
     ("the last, partial group of MR pairs dropped", "for (int i0 = 0; i0 < routed; i0 += MR)",
      "for (int i0 = 0; i0 + MR <= routed; i0 += MR)"),
+    ("a pass's last pair not counted live", "const int live = min(MR, routed - i0);",
+     "const int live = min(MR, routed - i0 - 1);"),
+    ("a row's pairs from x's row count, not the pairs'", "const int topk = P / x_shape[0];",
+     "const int topk = P / x_shape[1];"),
     ("rows past N - 1 not clamped", "min(n0 + r, N - 1)", "min(n0 + r, N)"),
     ("a lane's turns strided by 32 chunks, not 32 U", "c0 += 32 * U", "c0 += 32"),
     ("every chunk of a turn weighted as its first", "sc[u][r] = __uint_as_float(s == 0",
@@ -303,10 +308,10 @@ static void launch(int gx, int gy, int threads, F kernel) {
 # (not a function template: g++ ignores a section attribute on a
 # template's static variables, and __shared__ needs one).
 KERNEL = r"""
-static void @NAME@(const @T@* x, const uint32_t* w, const Shape w_shape, const uint8_t* scales, const @I@* idx,
-                   const Shape idx_shape, const @B@* bias, @T@* y) {
+static void @NAME@(const @T@* x, const Shape x_shape, const uint32_t* w, const Shape w_shape, const uint8_t* scales,
+                   const @I@* idx, const Shape idx_shape, const @B@* bias, @T@* y) {
   using T = @T@;
-  constexpr int TOPK = @TOPK@, R = @R@, W = @W@, MR = @MR@, U = @U@, PMAX = @PMAX@;
+  constexpr int R = @R@, W = @W@, MR = @MR@, U = @U@, PMAX = @PMAX@;
   constexpr bool HAS_BIAS = @HB@;
 """
 
@@ -334,7 +339,7 @@ static double e8m0(unsigned s) { return std::ldexp(1.0, (int)s - 127); }
 
 template <class T, class I, bool HB>
 struct Variant {
-  void (*kernel)(const T*, const uint32_t*, const Shape, const uint8_t*, const I*, const Shape,
+  void (*kernel)(const T*, const Shape, const uint32_t*, const Shape, const uint8_t*, const I*, const Shape,
                  const std::conditional_t<HB, T, float>*, T*);
   int R, W, MR, U;
 };
@@ -372,9 +377,9 @@ static std::vector<uint32_t> run(const Data<T, I>& d, const Variant<T, I, HB>& v
   const B* bias = HB ? guarded<B>("bias", d.bias.data(), d.bias.size(), 0) : guarded<B>("bias", &zero, 1, 0);
   const std::vector<unsigned char> nan((size_t)P * N * sizeof(T), 0xFF);  // NaN in every type
   T* y = guarded<T>("y", nan.data(), (size_t)P * N, 0);
-  const Shape w_shape{{E, N, K / 8}}, idx_shape{{P}};
+  const Shape x_shape{{rows, K}}, w_shape{{E, N, K / 8}}, idx_shape{{P}};
   launch((N + v.W * v.R - 1) / (v.W * v.R), E, v.W * 32,
-         [&] { v.kernel(x, w, w_shape, s, idx, idx_shape, bias, y); });
+         [&] { v.kernel(x, x_shape, w, w_shape, s, idx, idx_shape, bias, y); });
   std::vector<uint32_t> out((size_t)P * N);
   for (size_t i = 0; i < out.size(); i++) {
     out[i] = bits_of(y[i]);
@@ -504,16 +509,16 @@ def program(body, line):
     kernels = {}  # template values -> function name
     text = mma_emulate.PRELUDE + HOST
 
-    def kernel(t, i, hb, topk, shape):
+    def kernel(t, i, hb, shape):
         nonlocal text
-        key = (t, i, hb, topk, shape)
+        key = (t, i, hb, shape)
         if key not in kernels:
             fn = f"gather_fp4_{len(kernels)}"
             kernels[key] = fn
             r, w, mr, u = shape
             head = KERNEL
             for k, v in (("@NAME@", fn), ("@T@", CTYPE[t]), ("@I@", ITYPE[i]), ("@B@", CTYPE[t] if hb else "float"),
-                         ("@TOPK@", topk), ("@R@", r), ("@W@", w), ("@MR@", mr), ("@U@", u), ("@PMAX@", PMAX),
+                         ("@R@", r), ("@W@", w), ("@MR@", mr), ("@U@", u), ("@PMAX@", PMAX),
                          ("@HB@", str(hb).lower())):
                 head = head.replace(k, str(v))
             text += head + f'#line {line} "mlx/shim.cpp"\n' + body + "\n}\n"
@@ -523,8 +528,8 @@ def program(body, line):
 
     calls = []
     for n, (t, topk, rows, e, nn, k, hb, i, xoff, other) in enumerate(CASES):
-        main = kernel(t, i, hb, topk, SHAPE)
-        alt = kernel(t, i, hb, topk, other) if other else \
+        main = kernel(t, i, hb, SHAPE)
+        alt = kernel(t, i, hb, other) if other else \
             f"Variant<{CTYPE[t]}, {ITYPE[i]}, {str(hb).lower()}>{{nullptr, 0, 0, 0, 0}}"
         calls.append(f'  check("{t}", "{i}", {topk}, {rows}, {e}, {nn}, {k}, {xoff}, {0xF4E00000 + n}, {main}, {alt});')
     return text + DRIVER.replace("@CASES@", "\n".join(calls))
