@@ -80,6 +80,9 @@ if [ ! -f "$W/tcmalloc/libtcmalloc_minimal.so.4" ]; then
 fi
 cp "$W/tcmalloc/libtcmalloc_minimal.so.4" "$L/"
 cp scripts/gpu/env.sh "$L/env.sh"
+# CUDA's crt headers (from the CUPTI build's wheels), which env.sh adds to
+# the machine's NVIDIA headers for MLX's run-time compiles.
+tar cJf "$L/crt.tar.xz" -C "$W/cupti/site/nvidia/cu13/include" crt
 du -sh .gpu[0-9]*
 # A call carries the tracked tree beside its folder, 64 MiB in all.
 tree=$(git ls-files -z | xargs -0 stat -c %s | awk '{s += $1} END {print s}')
