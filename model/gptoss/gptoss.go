@@ -254,9 +254,15 @@ func (m *Model) Forward(f *mlx.Frame, b *kvpool.Batch) mlx.Array {
 		return mlx.Array{}
 	}
 	x := f.AsType(m.embed.Embed(f, b.TokenIDs()), c.ActDType) // [1, N, hidden]
+	// YaRN's attention factor in the activations' type, made once a step
+	// for every layer.
+	var yarn mlx.Array
+	if m.facts.YaRNFactor != 1 {
+		yarn = f.AsType(f.Scalar(m.facts.YaRNFactor), c.ActDType)
+	}
 	for li := range m.layers {
 		l := &m.layers[li]
-		x = f.Add(x, m.attention(f, l, li, f.RMSNorm(x, l.inNorm.W, c.NormEps), b))
+		x = f.Add(x, m.attention(f, l, li, f.RMSNorm(x, l.inNorm.W, c.NormEps), b, yarn))
 		x = f.Add(x, m.mixture(f, l, f.RMSNorm(x, l.postNorm.W, c.NormEps)))
 		f.DispatchLayer(li, x)
 	}
@@ -266,8 +272,9 @@ func (m *Model) Forward(f *mlx.Frame, b *kvpool.Batch) mlx.Array {
 }
 
 // attention of the step's N tokens, each over its own row's keys in the
-// pool (within the layer's window); h is [1, N, hidden].
-func (m *Model) attention(f *mlx.Frame, l *layer, li int, h mlx.Array, b *kvpool.Batch) mlx.Array {
+// pool (within the layer's window); h is [1, N, hidden], yarn YaRN's
+// attention factor as a scalar of h's type (invalid without YaRN).
+func (m *Model) attention(f *mlx.Frame, l *layer, li int, h mlx.Array, b *kvpool.Batch, yarn mlx.Array) mlx.Array {
 	c := m.cfg
 	N, D := b.N(), c.HeadDim
 	// heads projects h and lays it out as [N, n, 1, D]: one RoPE row per
@@ -275,10 +282,9 @@ func (m *Model) attention(f *mlx.Frame, l *layer, li int, h mlx.Array, b *kvpool
 	heads := func(a affine, n int) mlx.Array {
 		return f.Reshape(a.apply(f, h), N, n, 1, D)
 	}
-	yarn := f.AsType(f.Scalar(m.facts.YaRNFactor), c.ActDType)
 	pos := b.PositionIDs()
 	rope := func(x mlx.Array) mlx.Array {
-		if m.facts.YaRNFactor != 1 {
+		if yarn.Valid() {
 			// YaRN's attention factor scales both queries and keys.
 			x = f.Multiply(x, yarn)
 		}
