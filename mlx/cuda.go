@@ -273,18 +273,15 @@ func (f *Frame) fusedGemv(name string, want int, call func(res *C.mlx_vector_arr
 // idx [P], int32 or uint32, each an expert of w), x[p / topk] @
 // dequantize(w[idx[p]]).T, plus bias[idx[p]] where bias [E, N] (x's type)
 // is valid, rounded as the product and the sum apart would be. x is
-// [rows, K] with rows * topk = P, w [E, N, K / 8] uint32 and scales [E, N,
-// K / 32] uint8 (MLX's "mxfp4" mode, groups of 32). The kernel reads each
-// expert's weights once for up to four of its pairs, where MLX's
-// gather_qmm reads them once for every pair; it runs on a CUDA stream for
-// up to 1,024 pairs where PROVIDER_GPU_GATHER_FP4=1 (read once) or
-// SetGatherFP4 turned it on: it is off by default until a device has run
-// TestGatherFP4CUDA (its host emulation, scripts/gpu/fp4_emulate.py, and
-// NVRTC's compile of it pass). Where it does not run, ok is false and the
-// frame unchanged, for the caller to build GatherQMM's products; a failed
-// call fails the frame (ok true).
-func (f *Frame) GatherFP4(x, w, scales, idx, bias Array, topk int) (y Array, ok bool) {
-	if !f.onCUDAStream() {
+// [rows, K] with topk = P / rows pairs a row, w [E, N, K / 8] uint32 and
+// scales [E, N, K / 32] uint8 (MLX's "mxfp4" mode, groups of 32). The
+// kernel reads each expert's weights once for up to four of its pairs,
+// where MLX's gather_qmm reads them once for every pair; it takes up to
+// 1,024 pairs where GatherFP4On holds. Where it does not run, ok is false
+// and the frame unchanged, for the caller to build GatherQMM's products; a
+// failed call fails the frame (ok true).
+func (f *Frame) GatherFP4(x, w, scales, idx, bias Array) (y Array, ok bool) {
+	if !f.GatherFP4On() {
 		return Array{}, false
 	}
 	in := []Array{x, w, scales, idx}
@@ -292,7 +289,7 @@ func (f *Frame) GatherFP4(x, w, scales, idx, bias Array, topk int) (y Array, ok 
 		in = append(in, bias)
 	}
 	out, ok := f.fusedGemv("gather_fp4", 1, func(r *C.mlx_vector_array) C.int {
-		return C.mlx_cuda_gather_fp4(r, x.c, w.c, scales.c, idx.c, bias.c, C.int(topk), f.s.c)
+		return C.mlx_cuda_gather_fp4(r, x.c, w.c, scales.c, idx.c, bias.c, f.s.c)
 	}, in...)
 	if !ok {
 		return Array{}, false
@@ -300,7 +297,27 @@ func (f *Frame) GatherFP4(x, w, scales, idx, bias Array, topk int) (y Array, ok 
 	return out[0], true
 }
 
+var (
+	gatherFP4Once sync.Once
+	gatherFP4     atomic.Bool
+)
+
+// GatherFP4On reports whether GatherFP4's kernel may run on the frame's
+// stream: a CUDA stream, with PROVIDER_GPU_GATHER_FP4=1 (read once) or
+// SetGatherFP4 on. It is off by default until a device has run
+// TestGatherFP4CUDA in full (its host emulation, scripts/gpu/fp4_emulate.py,
+// and NVRTC's compile of it pass).
+func (f *Frame) GatherFP4On() bool {
+	gatherFP4Once.Do(readGatherFP4)
+	return f.onCUDAStream() && gatherFP4.Load()
+}
+
+func readGatherFP4() { gatherFP4.Store(os.Getenv("PROVIDER_GPU_GATHER_FP4") == "1") }
+
 // SetGatherFP4 turns GatherFP4's kernel on or off
 // (PROVIDER_GPU_GATHER_FP4's setting) and returns the setting before: for
 // tests and benchmarks that compare it with GatherQMM in one process.
-func SetGatherFP4(on bool) bool { return bool(C.mlx_cuda_set_gather_fp4(C.bool(on))) }
+func SetGatherFP4(on bool) bool {
+	gatherFP4Once.Do(readGatherFP4)
+	return gatherFP4.Swap(on)
+}

@@ -132,7 +132,7 @@ func TestGatherFP4CUDA(t *testing.T) {
 					if err := f.Eval(x); err != nil {
 						t.Fatal(err)
 					}
-					y, ok := f.GatherFP4(x, w, scales, ids, bias, c.topk)
+					y, ok := f.GatherFP4(x, w, scales, ids, bias)
 					if !ok {
 						t.Fatalf("%s: the kernel did not take the products", name)
 					}
@@ -187,7 +187,7 @@ func TestGatherFP4CUDA(t *testing.T) {
 		// Past the kernel: 1,025 pairs.
 		w, scales, _, _ := fp4Stack(f, rng, 2, 32, 64)
 		x := f.AsType(randomRows(f, rng, 1025, 64), BFloat16)
-		if _, ok := f.GatherFP4(x, w, scales, f.Int32s(make([]int32, 1025), 1025), Array{}, 1); ok {
+		if _, ok := f.GatherFP4(x, w, scales, f.Int32s(make([]int32, 1025), 1025), Array{}); ok {
 			t.Error("1,025 pairs: the kernel took them")
 		}
 		if err := f.Err(); err != nil {
@@ -216,7 +216,7 @@ func TestGatherFP4LeavesTheCPU(t *testing.T) {
 			idx[i] = int32(rng.IntN(e))
 		}
 		ids := f.Int32s(idx, len(idx))
-		if _, ok := f.GatherFP4(x, w, scales, ids, Array{}, topk); ok {
+		if _, ok := f.GatherFP4(x, w, scales, ids, Array{}); ok {
 			t.Error("the kernel took products on a CPU stream")
 		}
 		got := f.ToFloat32s(f.GatherQMM(f.Reshape(x, tokens, 1, 1, k), w, scales, Array{}, Array{},

@@ -191,13 +191,11 @@ int mlx_cuda_heads_rope(mlx_vector_array* res, const mlx_array y, int heads, int
    Frame.SwiGLUHalves). */
 int mlx_cuda_swiglu_halves(mlx_array* res, const mlx_array x, const mlx_stream s);
 /* extension: a mixture's MXFP4 expert products, y [P, N] = x[p / topk] @
-   dequantize(w[idx[p]]).T (+ bias[idx[p]]) as one CUDA kernel where it
-   takes them (a CUDA stream, at most 1,024 pairs); otherwise res is left
-   empty (see Frame.GatherFP4). */
+   dequantize(w[idx[p]]).T (+ bias[idx[p]]), topk = P / x's rows, as one
+   CUDA kernel where it takes them (a CUDA stream, at most 1,024 pairs);
+   otherwise res is left empty (see Frame.GatherFP4). */
 int mlx_cuda_gather_fp4(mlx_vector_array* res, const mlx_array x, const mlx_array w, const mlx_array scales,
-                        const mlx_array idx, const mlx_array bias, int topk, const mlx_stream s);
-/* extension: turns the expert kernel on or off; returns the setting before. */
-bool mlx_cuda_set_gather_fp4(bool on);
+                        const mlx_array idx, const mlx_array bias, const mlx_stream s);
 /* extension: residual + x @ dequantize(w).T as one CUDA kernel where the
    affine matrix-vector kernel takes the product; otherwise res is left
    empty (see Frame.AffineLinearAdd). */

@@ -2142,23 +2142,6 @@ const mx::Stream& cuda_stream(const mlx_stream s, const char* op) {
 // gather_qmm.
 constexpr int kGatherFp4Pairs = 1024;
 
-// gather_fp4_on reports whether the expert kernel may take products:
-// PROVIDER_GPU_GATHER_FP4=1 (read once; off by default until a device has
-// run its tests) unless mlx_cuda_set_gather_fp4 set it since.
-std::atomic<int> g_gather_fp4{-1};
-
-bool gather_fp4_on() {
-  int v = g_gather_fp4.load();
-  if (v < 0) {
-    const char* e = std::getenv("PROVIDER_GPU_GATHER_FP4");
-    v = e != nullptr && std::strcmp(e, "1") == 0;
-    int unset = -1;
-    g_gather_fp4.compare_exchange_strong(unset, v);
-    v = g_gather_fp4.load();
-  }
-  return v == 1;
-}
-
 // AffineKernel is which of the project's kernels takes an affine
 // product: the matrix-vector kernel, the tensor-core kernel, or neither
 // (MLX's quantized matmul then does).
@@ -2397,22 +2380,21 @@ int mlx_cuda_swiglu_halves(mlx_array* res, const mlx_array x, const mlx_stream s
 }
 
 int mlx_cuda_gather_fp4(mlx_vector_array* res, const mlx_array x, const mlx_array w, const mlx_array scales,
-                        const mlx_array idx, const mlx_array bias, int topk, const mlx_stream s) {
+                        const mlx_array idx, const mlx_array bias, const mlx_stream s) {
   return guard([&] {
     vec(*res).clear();
     const mx::Stream& st = strm(s);
-    if (st.device != mx::Device::gpu || !mx::cu::is_available() || !gather_fp4_on()) {
+    if (st.device != mx::Device::gpu || !mx::cu::is_available()) {
       return;
     }
     const mx::array &xa = arr(x), &wa = arr(w), &sa = arr(scales), &ia = arr(idx);
     if (!float_type(xa.dtype()) || xa.ndim() != 2 || wa.ndim() != 3 || wa.dtype() != mx::uint32 || sa.ndim() != 3 ||
-        sa.dtype() != mx::uint8 || ia.ndim() != 1 || (ia.dtype() != mx::int32 && ia.dtype() != mx::uint32) ||
-        topk < 1) {
+        sa.dtype() != mx::uint8 || ia.ndim() != 1 || (ia.dtype() != mx::int32 && ia.dtype() != mx::uint32)) {
       return;
     }
     const int E = wa.shape(0), N = wa.shape(1), K = xa.shape(1), P = ia.shape(0);
     if (K % 32 != 0 || wa.shape(2) * 8 != K || sa.shape(0) != E || sa.shape(1) != N || sa.shape(2) != K / 32 ||
-        P < 1 || P > kGatherFp4Pairs || static_cast<int64_t>(xa.shape(0)) * topk != P || E > 65535) {
+        P < 1 || P > kGatherFp4Pairs || xa.shape(0) < 1 || P % xa.shape(0) != 0 || E > 65535) {
       return;
     }
     const bool has_bias = bias.ctx != nullptr;
@@ -2443,12 +2425,6 @@ int mlx_cuda_gather_fp4(mlx_vector_array* res, const mlx_array x, const mlx_arra
                       st);
     vec(*res) = std::move(out);
   });
-}
-
-bool mlx_cuda_set_gather_fp4(bool on) {
-  const bool was = gather_fp4_on();
-  g_gather_fp4.store(on ? 1 : 0);
-  return was;
 }
 
 int mlx_cuda_affine_gemv_add(mlx_vector_array* res, const mlx_array x, const mlx_array w, const mlx_array scales,

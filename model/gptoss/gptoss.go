@@ -325,7 +325,7 @@ func (m *Model) mixture(f *mlx.Frame, l *layer, h mlx.Array) mlx.Array {
 	}
 
 	var out mlx.Array
-	if y, ok := m.expertsPairs(f, &l.moe, x, f.Reshape(idx, N*K), K); ok {
+	if y, ok := m.expertsPairs(f, &l.moe, x, idx); ok {
 		out = f.Reshape(y, N, K, 1, H)
 	} else if N*K < sortAt {
 		out = m.experts(f, &l.moe, f.Reshape(x, N, 1, 1, H), idx, false) // [N, K, 1, H]
@@ -389,40 +389,45 @@ func splitGateUp(f *mlx.Frame, gu mlx.Array) (gate, up mlx.Array) {
 
 // expertsPairs runs each routed pair through its expert's MLP with the
 // MXFP4 expert kernel (mlx.Frame.GatherFP4), which needs neither the rows
-// sorted by expert nor copies of them: x is [N, H], pairs [N*K] (each
-// token's K experts in turn), and the result [N*K, H] in pair order. ok is
-// false where the kernel does not take the stacks (another mode, off a
-// CUDA stream, too many pairs), for the caller to run experts.
-func (m *Model) expertsPairs(f *mlx.Frame, e *experts, x, pairs mlx.Array, k int) (y mlx.Array, ok bool) {
-	product := func(s *expertStack, in mlx.Array, topk int, bias bool) (mlx.Array, bool) {
-		w := s.w
-		if s.inRows || !w.Quantized() || w.Mode != "mxfp4" || w.Reduce.Valid() {
+// sorted by expert nor copies of them: x is [N, H], idx [N, K] (each
+// token's K experts), and the result [N*K, H] in pair order. ok is false
+// where the kernel does not take the stacks (another mode, off a CUDA
+// stream, too many pairs), for the caller to run experts.
+func (m *Model) expertsPairs(f *mlx.Frame, e *experts, x, idx mlx.Array) (y mlx.Array, ok bool) {
+	stacks := []*expertStack{&e.gateUp, &e.down}
+	if !e.fused {
+		stacks = []*expertStack{&e.gate, &e.up, &e.down}
+	}
+	for _, s := range stacks {
+		if w := s.w; s.inRows || !w.Quantized() || w.Mode != "mxfp4" || w.Reduce.Valid() {
 			return mlx.Array{}, false
 		}
+	}
+	if !f.GatherFP4On() {
+		return mlx.Array{}, false
+	}
+	// The pairs in one contiguous array that the three products share.
+	pairs := f.Reshape(idx, idx.Size())
+	product := func(s *expertStack, in mlx.Array, bias bool) (mlx.Array, bool) {
 		var b mlx.Array
 		if bias {
 			b = s.bias
 		}
-		return f.GatherFP4(in, w.W, w.Scales, pairs, b, topk)
+		return f.GatherFP4(in, s.w.W, s.w.Scales, pairs, b)
 	}
 	var gate, up mlx.Array
 	if e.fused {
-		gu, ok := product(&e.gateUp, x, k, true)
-		if !ok {
-			return mlx.Array{}, false
+		var gu mlx.Array
+		if gu, ok = product(&e.gateUp, x, true); ok {
+			gate, up = splitGateUp(f, gu)
 		}
-		gate, up = splitGateUp(f, gu)
-	} else {
-		var okGate, okUp bool
-		gate, okGate = product(&e.gate, x, k, true)
-		if !okGate {
-			return mlx.Array{}, false
-		}
-		if up, okUp = product(&e.up, x, k, true); !okUp {
-			return mlx.Array{}, false
-		}
+	} else if gate, ok = product(&e.gate, x, true); ok {
+		up, ok = product(&e.up, x, true)
 	}
-	return product(&e.down, m.swiglu(f, gate, up), 1, !e.partial)
+	if !ok {
+		return mlx.Array{}, false
+	}
+	return product(&e.down, m.swiglu(f, gate, up), !e.partial)
 }
 
 // swiglu is gpt-oss's clamped gate: (clip(up, ±limit) + 1) *
