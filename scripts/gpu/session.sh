@@ -14,6 +14,7 @@
 #   bash scripts/gpu/session.sh pace     # one machine: the bare step, then served c=1 TPOT per server setting
 #   RUNS="1:- 64:- 64:-:affine4" bash scripts/gpu/session.sh gptoss  # gpt-oss-20b served (dummy weights), traced
 #   SETTINGS="PROVIDER_GPU_GATHER_FP4=1 PROVIDER_GPU_GATHER_FP4=0" bash scripts/gpu/session.sh fp4  # the expert kernel: tests, then served
+#     (its tests need TESTS="mlx model/gptoss ..." in prepare.sh)
 #   bash scripts/gpu/session.sh trace    # device timelines (ktrace): our step, mlx-lm's, our server's at c=1
 #   TRACE_STEPS=0 TRACE_CONCURRENCY=16 SETTINGS="PROVIDER_STEP_AHEAD=1 PROVIDER_STEP_AHEAD=0" bash scripts/gpu/session.sh trace
 #   SETTINGS="- MLX_MAX_OPS_PER_BUFFER=200" bash scripts/gpu/session.sh mlxenv  # the step per MLX setting
