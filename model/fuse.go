@@ -8,19 +8,28 @@ import (
 	"github.com/goprovider/provider/mlx"
 )
 
-// fuseGroup is a set of a layer's weights that read the same input, and
-// the name of the one matrix their rows make.
+// fuseGroup is a set of a layer's modules that read the same input, and
+// the name of the one module their rows make.
 type fuseGroup struct {
 	into  string
 	parts []string
 }
 
+// fuseSuffixes are the tensors of a module that join: its matrix always;
+// the scales and biases of a matrix a loader keeps packed beside it
+// (GPTOSSFacts.Packed) and the module's bias vector, where every part has
+// them.
+var fuseSuffixes = []string{".weight", ".scales", ".biases", ".bias"}
+
 // fusedGroups are, per architecture, the groups FuseProjections joins (the
-// family's code takes the fused weight where the Weights hold it).
+// family's code takes the fused module where the Weights hold it).
 var fusedGroups = map[string][]fuseGroup{
 	"llama": {
-		{"self_attn.qkv_proj.weight", []string{"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"}},
-		{"mlp.gate_up_proj.weight", []string{"mlp.gate_proj.weight", "mlp.up_proj.weight"}},
+		{"self_attn.qkv_proj", []string{"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}},
+		{"mlp.gate_up_proj", []string{"mlp.gate_proj", "mlp.up_proj"}},
+	},
+	"gpt_oss": {
+		{"self_attn.qkv_proj", []string{"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}},
 	},
 }
 
@@ -35,47 +44,102 @@ func fuseOnUpload(s mlx.Stream) bool {
 }
 
 // FuseProjections replaces, in each of the first layers layers of an
-// architecture that has fused groups, each group's weights by one weight
-// whose rows are theirs in order (Weight.Parts holds each part's rows),
-// where the parts can be joined: the same input length, quantization and
-// type, and none of them sharded across ranks by its input or computed
-// through a reference kernel. The parts' arrays are freed. It returns how
-// many groups it fused. It must run on the MLX thread.
+// architecture that has fused groups, each group's modules by one module
+// whose rows are theirs in order, where the parts can be joined: the same
+// input length, quantization and type, the same tensors (fuseSuffixes),
+// and none of them sharded across ranks by its input or computed through
+// a reference kernel. The joined matrix's Weight.Parts holds each part's
+// rows. The parts' arrays are freed. It returns how many groups it fused.
+// It must run on the MLX thread.
 func (w *Weights) FuseProjections(s mlx.Stream, arch string, layers int) (int, error) {
 	fused := 0
 	for _, g := range fusedGroups[arch] {
 		for i := range layers {
 			p := fmt.Sprintf("model.layers.%d.", i)
-			parts := make([]*Weight, len(g.parts))
-			for j, n := range g.parts {
-				parts[j] = w.Get(p + n)
-			}
-			if !fusable(parts) {
+			joins, ok := w.joinable(p, g)
+			if !ok {
 				continue
 			}
-			one, err := fuse(s, parts)
-			if err != nil {
-				return fused, fmt.Errorf("model: fuse %s%s: %w", p, g.into, err)
+			made := make([]*Weight, len(joins))
+			var err error
+			for j, suffix := range joins {
+				if made[j], err = fuse(s, w.partsOf(p, g, suffix)); err != nil {
+					for _, m := range made[:j] {
+						m.Free()
+					}
+					return fused, fmt.Errorf("model: fuse %s%s%s: %w", p, g.into, suffix, err)
+				}
 			}
-			for j, n := range g.parts {
-				parts[j].Free()
-				delete(w.byName, p+n)
+			for j, suffix := range joins {
+				for _, n := range g.parts {
+					w.byName[p+n+suffix].Free()
+					delete(w.byName, p+n+suffix)
+				}
+				if suffix != ".weight" {
+					made[j].Parts = nil
+				}
+				w.byName[p+g.into+suffix] = made[j]
 			}
-			w.byName[p+g.into] = one
 			fused++
 		}
 	}
 	return fused, nil
 }
 
-// fusable reports whether parts can be joined by their rows.
+// partsOf is the tensor of each of g's parts in layer p that ends in
+// suffix (nil where a part has none).
+func (w *Weights) partsOf(p string, g fuseGroup, suffix string) []*Weight {
+	parts := make([]*Weight, len(g.parts))
+	for j, n := range g.parts {
+		parts[j] = w.Get(p + n + suffix)
+	}
+	return parts
+}
+
+// joinable reports whether g's modules in layer p join, and which of
+// their tensors: each suffix that every part has (the matrix at least),
+// none that only some have, each fusable.
+func (w *Weights) joinable(p string, g fuseGroup) (joins []string, ok bool) {
+	for _, suffix := range fuseSuffixes {
+		parts := w.partsOf(p, g, suffix)
+		held := 0
+		for _, x := range parts {
+			if x != nil {
+				held++
+			}
+		}
+		switch {
+		case held == 0 && suffix != ".weight":
+			continue
+		case held < len(parts) || !fusable(parts):
+			return nil, false
+		}
+		joins = append(joins, suffix)
+	}
+	return joins, true
+}
+
+// fusable reports whether parts can be joined by their rows: matrices of
+// the same columns, or vectors.
 func fusable(parts []*Weight) bool {
 	first := parts[0]
 	for _, x := range parts {
 		if x == nil || x.Ref || x.ActBlock > 0 || x.Int8 || x.Packed || x.Reduce.Valid() || x.Gather.Valid() ||
-			len(x.Parts) > 0 || x.W.Ndim() != 2 || x.Quantized() != first.Quantized() || x.Bits != first.Bits ||
+			len(x.Parts) > 0 || x.W.Ndim() != first.W.Ndim() || x.Quantized() != first.Quantized() || x.Bits != first.Bits ||
 			x.GroupSize != first.GroupSize || x.Mode != first.Mode || x.W.Dtype() != first.W.Dtype() ||
-			x.W.Shape()[1] != first.W.Shape()[1] || x.Biases.Valid() != first.Biases.Valid() {
+			x.Biases.Valid() != first.Biases.Valid() {
+			return false
+		}
+		switch x.W.Ndim() {
+		case 1:
+			if x.Quantized() {
+				return false
+			}
+		case 2:
+			if x.W.Shape()[1] != first.W.Shape()[1] {
+				return false
+			}
+		default:
 			return false
 		}
 		if x.Quantized() && (x.Scales.Dtype() != first.Scales.Dtype() || x.Scales.Ndim() != 2) {

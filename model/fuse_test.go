@@ -1,6 +1,7 @@
 package model
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/goprovider/provider/mlx"
@@ -93,6 +94,102 @@ func TestFuseProjectionsJoinsOnlyWhatCanJoin(t *testing.T) {
 					t.Fatalf("part %d value %d = %v, unfused %v", i, j, got[i][j], want[i][j])
 				}
 			}
+		}
+	})
+}
+
+// TestFuseProjectionsJoinsModulesWhole fuses gpt-oss's q/k/v in two
+// layers whose modules keep their packed scales and biases and their bias
+// vectors as tensors of their own: layer 0's join into one module, every
+// tensor's rows in part order; layer 1's k has no bias vector, so none of
+// its tensors join (a module must join whole).
+func TestFuseProjectionsJoinsModulesWhole(t *testing.T) {
+	th := mlx.NewThread()
+	defer th.Close()
+	th.Do(func() {
+		s := mlx.CPU()
+		defer s.Free()
+		f := mlx.NewFrame(s)
+		defer f.Free()
+		// Each tensor holds its own number in every value, so the joined
+		// rows show where they came from.
+		fill := func(v float32, shape ...int) *Weight {
+			n := 1
+			for _, d := range shape {
+				n *= d
+			}
+			data := make([]float32, n)
+			for i := range data {
+				data[i] = v
+			}
+			a, err := mlx.FromFloat32s(data, shape...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return &Weight{W: a}
+		}
+		w := &Weights{byName: map[string]*Weight{}}
+		defer w.Free()
+		rows := map[string]int{"q_proj": 8, "k_proj": 4, "v_proj": 4}
+		for _, layer := range []string{"model.layers.0.self_attn.", "model.layers.1.self_attn."} {
+			for i, m := range []string{"q_proj", "k_proj", "v_proj"} {
+				base := float32(10 * (i + 1))
+				w.byName[layer+m+".weight"] = fill(base+1, rows[m], 4)
+				w.byName[layer+m+".scales"] = fill(base+2, rows[m], 2)
+				w.byName[layer+m+".biases"] = fill(base+3, rows[m], 2)
+				w.byName[layer+m+".bias"] = fill(base+4, rows[m])
+			}
+		}
+		w.byName["model.layers.1.self_attn.k_proj.bias"].Free()
+		delete(w.byName, "model.layers.1.self_attn.k_proj.bias")
+		n, err := w.FuseProjections(s, "gpt_oss", 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != 1 {
+			t.Fatalf("fused %d groups, want 1 (layer 0's)", n)
+		}
+		for _, suffix := range []string{".weight", ".scales", ".biases", ".bias"} {
+			for _, m := range []string{"q_proj", "k_proj", "v_proj"} {
+				if w.Get("model.layers.0.self_attn."+m+suffix) != nil {
+					t.Errorf("layer 0 still holds %s%s", m, suffix)
+				}
+				if m != "k_proj" || suffix != ".bias" {
+					if w.Get("model.layers.1.self_attn."+m+suffix) == nil {
+						t.Errorf("layer 1 lost %s%s, which could not join", m, suffix)
+					}
+				}
+			}
+			if w.Get("model.layers.1.self_attn.qkv_proj"+suffix) != nil {
+				t.Errorf("layer 1 got a fused %s", suffix)
+			}
+			j := w.Get("model.layers.0.self_attn.qkv_proj" + suffix)
+			if j == nil {
+				t.Fatalf("layer 0 has no fused %s", suffix)
+			}
+			got := f.ToFloat32s(j.W)
+			cols := len(got) / 16
+			if len(got) != 16*cols {
+				t.Fatalf("fused %s holds %d values, want 16 rows", suffix, len(got))
+			}
+			for r := range 16 {
+				part := 0
+				if r >= 8 {
+					part = 1 + (r-8)/4
+				}
+				want := float32(10*(part+1)) + float32(slices.Index(fuseSuffixes, suffix)+1)
+				for c := range cols {
+					if v := got[r*cols+c]; v != want {
+						t.Fatalf("fused %s row %d = %v, want part %d's %v", suffix, r, v, part, want)
+					}
+				}
+			}
+			if wantParts := suffix == ".weight"; (len(j.Parts) == 3) != wantParts {
+				t.Errorf("fused %s parts %v", suffix, j.Parts)
+			}
+		}
+		if err := f.Err(); err != nil {
+			t.Fatal(err)
 		}
 	})
 }

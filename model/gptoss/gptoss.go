@@ -2,7 +2,9 @@ package gptoss
 
 import (
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/goprovider/provider/kvpool"
@@ -77,9 +79,12 @@ type experts struct {
 type layer struct {
 	inNorm, postNorm *model.Weight
 	q, k, v, o       affine
-	sinks            mlx.Array // [heads]
-	router           affine
-	moe              experts
+	// qkv is q, k and v as one module where the upload fused them
+	// (model.FuseProjections; then q, k and v are unset).
+	qkv    *affine
+	sinks  mlx.Array // [heads]
+	router affine
+	moe    experts
 }
 
 // Model is a gpt-oss network bound to device weights.
@@ -115,7 +120,7 @@ func New(cfg model.Config, w *model.Weights) (*Model, error) {
 	if m.attnScale == 0 {
 		m.attnScale = float32(1 / math.Sqrt(float64(cfg.HeadDim)))
 	}
-	b := binder{w: w, packed: g.Packed}
+	b := binder{w: w, packed: maps.Clone(g.Packed)}
 	m.embed, m.norm = b.matrix("model.embed_tokens.weight"), b.vector("model.norm.weight")
 	m.lmHead = m.embed
 	if !cfg.TiedEmbedding {
@@ -127,8 +132,16 @@ func New(cfg model.Config, w *model.Weights) (*Model, error) {
 		p := fmt.Sprintf("model.layers.%d.", i)
 		l := &m.layers[i]
 		l.inNorm, l.postNorm = b.vector(p+"input_layernorm.weight"), b.vector(p+"post_attention_layernorm.weight")
-		l.q, l.k = b.affine(p+"self_attn.q_proj"), b.affine(p+"self_attn.k_proj")
-		l.v, l.o = b.affine(p+"self_attn.v_proj"), b.affine(p+"self_attn.o_proj")
+		if has(p + "self_attn.qkv_proj.weight") {
+			l.qkv = b.fused(p+"self_attn.qkv_proj", p+"self_attn.q_proj", p+"self_attn.k_proj", p+"self_attn.v_proj")
+			q, kv := cfg.Heads*cfg.HeadDim, cfg.KVHeads*cfg.HeadDim
+			if w := l.qkv.w; w != nil && !slices.Equal(w.Parts, []int{q, kv, kv}) {
+				b.fail(fmt.Errorf("%w: layer %d: fused q/k/v weight of parts %v, want [%d %d %d]", model.ErrBadConfig, i, w.Parts, q, kv, kv))
+			}
+		} else {
+			l.q, l.k, l.v = b.affine(p+"self_attn.q_proj"), b.affine(p+"self_attn.k_proj"), b.affine(p+"self_attn.v_proj")
+		}
+		l.o = b.affine(p + "self_attn.o_proj")
 		if s := b.vector(p + "self_attn.sinks"); s != nil {
 			l.sinks = s.W
 		}
@@ -198,7 +211,7 @@ func (b *binder) matrix(name string) *model.Weight {
 		return x
 	}
 	base := strings.TrimSuffix(name, ".weight")
-	joined := &model.Weight{W: x.W, Bits: level.Bits, GroupSize: level.GroupSize, Mode: level.Mode, Reduce: x.Reduce, Gather: x.Gather}
+	joined := &model.Weight{W: x.W, Bits: level.Bits, GroupSize: level.GroupSize, Mode: level.Mode, Reduce: x.Reduce, Gather: x.Gather, Parts: x.Parts}
 	if s := b.vector(base + ".scales"); s != nil {
 		joined.Scales = s.W
 	}
@@ -214,6 +227,21 @@ func (b *binder) affine(module string) affine {
 		a.b = bias.W
 	}
 	return a
+}
+
+// fused binds the module into that the upload joined from parts: a packed
+// matrix takes the parts' format, which must be one.
+func (b *binder) fused(into string, parts ...string) *affine {
+	if level, ok := b.packed[parts[0]+".weight"]; ok {
+		for _, p := range parts[1:] {
+			if b.packed[p+".weight"] != level {
+				b.fail(fmt.Errorf("%w: %s joins %v, of different formats", model.ErrBadConfig, into, parts))
+			}
+		}
+		b.packed[into+".weight"] = level
+	}
+	a := b.affine(into)
+	return &a
 }
 
 // experts binds an expert stack: module.weight in the split and fused
@@ -258,7 +286,7 @@ func (m *Model) Forward(f *mlx.Frame, b *kvpool.Batch) mlx.Array {
 	// for every layer.
 	var yarn mlx.Array
 	if m.facts.YaRNFactor != 1 {
-		yarn = f.AsType(f.Scalar(m.facts.YaRNFactor), c.ActDType)
+		yarn = m.yarnFactor(f)
 	}
 	for li := range m.layers {
 		l := &m.layers[li]
@@ -271,12 +299,50 @@ func (m *Model) Forward(f *mlx.Frame, b *kvpool.Batch) mlx.Array {
 	return f.AsType(f.Reshape(m.lmHead.Linear(f, x), len(b.LogitRows()), c.Vocab), mlx.Float32)
 }
 
+// yarnFactor is YaRN's attention factor in the activations' type, as a
+// scalar where a layer projects q, k and v apart, and as a vector over a
+// fused q/k/v projection's outputs otherwise: the factor over q's and k's,
+// 1 (an exact product) over v's.
+func (m *Model) yarnFactor(f *mlx.Frame) mlx.Array {
+	c := m.cfg
+	if m.layers[0].qkv == nil {
+		return f.AsType(f.Scalar(m.facts.YaRNFactor), c.ActDType)
+	}
+	qk, v := (c.Heads+c.KVHeads)*c.HeadDim, c.KVHeads*c.HeadDim
+	factors := make([]float32, qk+v)
+	for i := range factors {
+		factors[i] = 1
+		if i < qk {
+			factors[i] = m.facts.YaRNFactor
+		}
+	}
+	return f.AsType(f.Float32s(factors, qk+v), c.ActDType)
+}
+
 // attention of the step's N tokens, each over its own row's keys in the
 // pool (within the layer's window); h is [1, N, hidden], yarn YaRN's
-// attention factor as a scalar of h's type (invalid without YaRN).
+// attention factor in h's type (Model.yarnFactor; invalid without YaRN).
 func (m *Model) attention(f *mlx.Frame, l *layer, li int, h mlx.Array, b *kvpool.Batch, yarn mlx.Array) mlx.Array {
 	c := m.cfg
 	N, D := b.N(), c.HeadDim
+	// The sinks in the activations' dtype, as mlx-lm passes them to its
+	// attention (the fused CPU kernel reads them as float32).
+	sinks := f.AsType(l.sinks, c.ActDType)
+	if l.qkv != nil {
+		// One product and its bias, YaRN's factor over q's and k's
+		// outputs, then the heads split and rotated in one step (one
+		// kernel on CUDA, which may also write k and v into the pool).
+		y := l.qkv.apply(f, h)
+		if yarn.Valid() {
+			y = f.Multiply(y, yarn)
+		}
+		q, k, v, stored := f.HeadsRoPE(y, c.Heads, c.KVHeads, D, D, false, c.RoPE.Base, c.RoPE.Scale, b.PositionIDs(), m.freqs, b.KernelStore(li))
+		if stored {
+			b.Stored(li)
+		}
+		o := b.Attend(li, q, k, v, m.attnScale, sinks)
+		return l.o.apply(f, f.Reshape(o, 1, N, c.Heads*D))
+	}
 	// heads projects h and lays it out as [N, n, 1, D]: one RoPE row per
 	// token, each at its own position.
 	heads := func(a affine, n int) mlx.Array {
@@ -294,9 +360,6 @@ func (m *Model) attention(f *mlx.Frame, l *layer, li int, h mlx.Array, b *kvpool
 	q := flat(rope(heads(l.q, c.Heads)), c.Heads)
 	k := flat(rope(heads(l.k, c.KVHeads)), c.KVHeads)
 	v := flat(heads(l.v, c.KVHeads), c.KVHeads)
-	// The sinks in the activations' dtype, as mlx-lm passes them to its
-	// attention (the fused CPU kernel reads them as float32).
-	sinks := f.AsType(l.sinks, c.ActDType)
 	o := b.Attend(li, q, k, v, m.attnScale, sinks) // [N, heads, D]
 	return l.o.apply(f, f.Reshape(o, 1, N, c.Heads*D))
 }

@@ -53,9 +53,15 @@ func load(tb testing.TB, variant string, act mlx.Dtype, adjust func(*model.Confi
 	}
 	tb.Cleanup(func() {
 		l.th.Do(func() {
-			l.st.Close()
-			l.net.Close()
-			l.w.Free()
+			if l.st != nil {
+				l.st.Close()
+			}
+			if l.net != nil {
+				l.net.Close()
+			}
+			if l.w != nil {
+				l.w.Free()
+			}
 			l.s.Free()
 		})
 		l.th.Close()

@@ -1,0 +1,264 @@
+package gptoss
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/goprovider/provider/kvpool"
+	"github.com/goprovider/provider/mlx"
+	"github.com/goprovider/provider/model"
+)
+
+// fuseQKV joins l's q/k/v modules (model.FuseProjections, what an upload
+// to a GPU does) and binds the network and its stepper again.
+func fuseQKV(t *testing.T, l *loaded) {
+	t.Helper()
+	l.th.Do(func() {
+		n, err := l.w.FuseProjections(l.s, "gpt_oss", l.cfg.Layers)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if n != l.cfg.Layers {
+			t.Errorf("fused %d groups, want %d", n, l.cfg.Layers)
+		}
+		for _, name := range []string{"q_proj.weight", "k_proj.bias", "v_proj.weight"} {
+			if l.w.Get("model.layers.0.self_attn."+name) != nil {
+				t.Errorf("%s still held after fusing", name)
+			}
+		}
+		if l.w.Get("model.layers.0.self_attn.qkv_proj.bias") == nil {
+			t.Error("no fused q/k/v bias")
+		}
+		l.st.Close()
+		l.net.Close()
+		if l.net, err = New(l.cfg, l.w); err != nil {
+			t.Error(err)
+			return
+		}
+		if l.net.layers[0].qkv == nil {
+			t.Error("the network does not take the fused module")
+		}
+		l.st, err = model.NewStepper(l.net, l.s)
+		if err != nil {
+			t.Error(err)
+		}
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+}
+
+// loadDummy builds the tiny fixture's architecture with dummy weights on
+// the CPU, every matrix (attention included) 8-bit affine, which gpt-oss
+// keeps packed beside its scales and biases (GPTOSSFacts.Packed).
+func loadDummy(t *testing.T, act mlx.Dtype) *loaded {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(refDir, "mlx_mxfp4", "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	delete(cfg, "quantization")
+	cfg["quantization_config"] = map[string]any{"group_size": 32, "bits": 8}
+	if raw, err = json.Marshal(cfg); err != nil {
+		t.Fatal(err)
+	}
+	d, err := model.PlanDummy(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Config.ActDType = act
+	if lv, ok := d.Config.GPTOSS.Packed["model.layers.0.self_attn.q_proj.weight"]; !ok || lv.Bits != 8 {
+		t.Fatalf("the dummy's q_proj is not packed 8-bit: %+v", lv)
+	}
+	l := &loaded{th: mlx.NewThread(), cfg: d.Config}
+	l.th.Do(func() {
+		l.s = mlx.DefaultStream()
+		if l.w, err = d.Build(l.s, 7, nil); err != nil {
+			return
+		}
+		if l.net, err = New(d.Config, l.w); err != nil {
+			return
+		}
+		l.st, err = model.NewStepper(l.net, l.s)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		l.th.Do(func() {
+			if l.st != nil {
+				l.st.Close()
+			}
+			if l.net != nil {
+				l.net.Close()
+			}
+			if l.w != nil {
+				l.w.Free()
+			}
+			l.s.Free()
+		})
+		l.th.Close()
+	})
+	return l
+}
+
+// forcedSteps runs prompts together, then steps single-token rows fed
+// fixed tokens, and returns every step's logits.
+func forcedSteps(t *testing.T, l *loaded, prompts [][]int32, steps int) [][]float32 {
+	t.Helper()
+	seqs := make([]*kvpool.Seq, len(prompts))
+	for i := range seqs {
+		seqs[i] = l.newSeq(t)
+	}
+	var out [][]float32
+	next := prompts
+	for s := range steps {
+		out = append(out, l.step(t, next, seqs))
+		next = make([][]int32, len(prompts))
+		for i := range next {
+			next[i] = []int32{int32(3 + 5*s + i)}
+		}
+	}
+	return out
+}
+
+// TestFusedQKVMatchesApart runs gpt-oss with its q/k/v joined into one
+// module (matrix, bias and, where packed, scales and biases) against the
+// same weights apart, on the CPU: three prompts prefilled together (one
+// past the sliding window), then decode steps, and one prompt alone (whose
+// single token rotates q's and k's heads in one call) must give the same
+// logits, float for float, with YaRN's factor over q and k. Layouts:
+// dense attention (bf16, hf_mxfp4) in float32 and bfloat16, and packed
+// 8-bit affine attention (dummy weights).
+func TestFusedQKVMatchesApart(t *testing.T) {
+	fx := readFixture(t)
+	cases := []struct {
+		name string
+		load func() *loaded
+	}{
+		{"bf16/f32", func() *loaded { return load(t, "bf16", mlx.Float32, nil) }},
+		{"hf_mxfp4/bf16", func() *loaded { return load(t, "hf_mxfp4", mlx.BFloat16, nil) }},
+		{"packed8/f32", func() *loaded { return loadDummy(t, mlx.Float32) }},
+		{"packed8/bf16", func() *loaded { return loadDummy(t, mlx.BFloat16) }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			apart, joined := c.load(), c.load()
+			if apart.net.facts.YaRNFactor == 1 {
+				t.Fatal("the fixture has no YaRN factor to apply")
+			}
+			fuseQKV(t, joined)
+			for _, ps := range [][][]int32{fx.Prompts, fx.Prompts[:1]} {
+				a, b := forcedSteps(t, apart, ps, 5), forcedSteps(t, joined, ps, 5)
+				for s := range a {
+					if len(a[s]) != len(b[s]) {
+						t.Fatalf("%d rows, step %d: %d logits fused, %d apart", len(ps), s, len(b[s]), len(a[s]))
+					}
+					for i := range a[s] {
+						if a[s][i] != b[s][i] {
+							t.Fatalf("%d rows, step %d: logit %d fused %v, apart %v", len(ps), s, i, b[s][i], a[s][i])
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// stepPrimitives counts the primitives of l's one-row decode step after a
+// ten-token prefill, on a pool that attends through MLX ops (the GPU's
+// layout for a lone row), and logs them.
+func stepPrimitives(t *testing.T, l *loaded, label string) map[string]int {
+	t.Helper()
+	var counts map[string]int
+	l.th.Do(func() {
+		p, err := model.NewPool(l.net, l.s, kvpool.Options{Ops: true})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer p.Close()
+		seq := p.NewSeq()
+		defer seq.Free()
+		step := func(toks []int32) map[string]int {
+			f := mlx.NewFrame(l.s)
+			defer f.Free()
+			bt, err := p.Begin(f, []kvpool.Row{{Seq: seq, Tokens: toks, Sample: true}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := f.Argmax(l.net.Forward(f, bt), 1, false)
+			c, err := mlx.GraphPrimitives(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.ToInt32s(out)
+			if err := f.Err(); err != nil {
+				t.Fatal(err)
+			}
+			bt.Commit()
+			return c
+		}
+		step([]int32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10})
+		counts = step([]int32{11})
+	})
+	total := 0
+	var names []string
+	for n, c := range counts {
+		total += c
+		names = append(names, fmt.Sprintf("%s=%d", n, c))
+	}
+	sort.Strings(names)
+	t.Logf("%s: one-row step of %d layers: %d primitives: %s", label, l.cfg.Layers, total, strings.Join(names, " "))
+	return counts
+}
+
+// TestFusedQKVStepPrimitives counts a one-row decode step's primitives
+// with q/k/v apart and joined, in dense and packed 8-bit attention: joined,
+// a layer's three products become one (and their biases one addition),
+// its q and k heads take one RoPE, and its YaRN factor one product.
+func TestFusedQKVStepPrimitives(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		product string // the primitive of an attention projection
+		load    func() *loaded
+	}{
+		{"bf16/f32", "AddMM", func() *loaded { return load(t, "bf16", mlx.Float32, nil) }},
+		{"packed8/f32", "FastAffineLinear", func() *loaded { return loadDummy(t, mlx.Float32) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l := c.load()
+			before := stepPrimitives(t, l, "apart")
+			fuseQKV(t, l)
+			after := stepPrimitives(t, l, "fused")
+			layers := l.cfg.Layers
+			if got := after["FastRoPE"]; got != layers {
+				t.Errorf("fused: %d RoPE calls in %d layers, want one a layer", got, layers)
+			}
+			if d := before[c.product] - after[c.product]; d != 2*layers {
+				t.Errorf("%s: %d apart, %d fused, want %d fewer (two a layer)", c.product, before[c.product], after[c.product], 2*layers)
+			}
+			tb, ta := 0, 0
+			for _, n := range before {
+				tb += n
+			}
+			for _, n := range after {
+				ta += n
+			}
+			if ta >= tb {
+				t.Errorf("fused step has %d primitives, apart %d", ta, tb)
+			}
+			t.Logf("%d primitives apart, %d fused (%d fewer a layer)", tb, ta, (tb-ta)/layers)
+		})
+	}
+}
