@@ -379,12 +379,13 @@ json.dump(c, open(sys.argv[2], "w"), indent=1)' testdata/configs/gpt-oss-20b.jso
 	;;
 fp4)
 	# The MXFP4 expert kernel: mlx's CUDA test of it and gpt-oss's (greedy
-	# tokens through it and through gather_qmm, on the tiny fixtures),
+	# tokens through it and through gather_qmm, on the tiny fixtures; and
+	# with q/k/v fused at upload and apart),
 	# then gpt-oss-20b served untraced (bench_gpu.sh gptoss) once per
 	# setting in SETTINGS (default: the kernel, then gather_qmm), in turn.
 	nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$D/gpu.txt"
 	cuda_test mlx mlx "${MLX_RUN:-GatherFP4}"
-	cuda_test gptoss model/gptoss "${GPTOSS_RUN:-ExpertKernel}"
+	cuda_test gptoss model/gptoss "${GPTOSS_RUN:-ExpertKernel|FusedQKV}"
 	for setting in ${SETTINGS:-PROVIDER_GPU_GATHER_FP4=1 PROVIDER_GPU_GATHER_FP4=0}; do
 		next_setting "$setting"
 		env "${vars[@]}" OUT="$D/gptoss-$i" PROVIDER=/tmp/provider TOKENIZER_GPTOSS=/tmp/tok/gptoss.json \
