@@ -80,36 +80,7 @@ func loadDummy(t *testing.T, act mlx.Dtype) *loaded {
 	if lv, ok := d.Config.GPTOSS.Packed["model.layers.0.self_attn.q_proj.weight"]; !ok || lv.Bits != 8 {
 		t.Fatalf("the dummy's q_proj is not packed 8-bit: %+v", lv)
 	}
-	l := &loaded{th: mlx.NewThread(), cfg: d.Config}
-	l.th.Do(func() {
-		l.s = mlx.DefaultStream()
-		if l.w, err = d.Build(l.s, 7, nil); err != nil {
-			return
-		}
-		if l.net, err = New(d.Config, l.w); err != nil {
-			return
-		}
-		l.st, err = model.NewStepper(l.net, l.s)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		l.th.Do(func() {
-			if l.st != nil {
-				l.st.Close()
-			}
-			if l.net != nil {
-				l.net.Close()
-			}
-			if l.w != nil {
-				l.w.Free()
-			}
-			l.s.Free()
-		})
-		l.th.Close()
-	})
-	return l
+	return start(t, d.Config, func(s mlx.Stream) (*model.Weights, error) { return d.Build(s, 7, nil) })
 }
 
 // forcedSteps runs prompts together, then steps single-token rows fed

@@ -16,7 +16,6 @@ const refDir = "../../testdata/ref/gptoss_tiny"
 
 // loaded is a checkpoint's network on a running MLX thread.
 type loaded struct {
-	m   *model.Model
 	th  *mlx.Thread
 	s   mlx.Stream
 	w   *model.Weights
@@ -33,24 +32,31 @@ func load(tb testing.TB, variant string, act mlx.Dtype, adjust func(*model.Confi
 	if err != nil {
 		tb.Fatal(err)
 	}
+	tb.Cleanup(func() { m.Close() }) // after the network's cleanup, which start registers later
 	m.Config.ActDType = act
 	if adjust != nil {
 		adjust(&m.Config)
 	}
-	l := &loaded{m: m, th: mlx.NewThread(), cfg: m.Config}
+	return start(tb, m.Config, m.Upload)
+}
+
+// start makes the weights with upload on a new MLX thread's default
+// stream and binds a network of cfg and its stepper to them, all released
+// when the test ends.
+func start(tb testing.TB, cfg model.Config, upload func(mlx.Stream) (*model.Weights, error)) *loaded {
+	tb.Helper()
+	l := &loaded{th: mlx.NewThread(), cfg: cfg}
+	var err error
 	l.th.Do(func() {
 		l.s = mlx.DefaultStream()
-		if l.w, err = m.Upload(l.s); err != nil {
+		if l.w, err = upload(l.s); err != nil {
 			return
 		}
-		if l.net, err = New(m.Config, l.w); err != nil {
+		if l.net, err = New(cfg, l.w); err != nil {
 			return
 		}
 		l.st, err = model.NewStepper(l.net, l.s)
 	})
-	if err != nil {
-		tb.Fatal(err)
-	}
 	tb.Cleanup(func() {
 		l.th.Do(func() {
 			if l.st != nil {
@@ -65,8 +71,10 @@ func load(tb testing.TB, variant string, act mlx.Dtype, adjust func(*model.Confi
 			l.s.Free()
 		})
 		l.th.Close()
-		m.Close()
 	})
+	if err != nil {
+		tb.Fatal(err)
+	}
 	return l
 }
 
