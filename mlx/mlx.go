@@ -36,6 +36,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"unsafe"
@@ -474,6 +475,19 @@ func GraphPrimitives(arrays ...Array) (map[string]int, error) {
 		counts[name]++
 	}
 	return counts, nil
+}
+
+// DescribePrimitives is the total of GraphPrimitives' counts and the
+// counts as NAME=N, sorted by name, for logs.
+func DescribePrimitives(counts map[string]int) (int, string) {
+	total := 0
+	names := make([]string, 0, len(counts))
+	for n, c := range counts {
+		total += c
+		names = append(names, fmt.Sprintf("%s=%d", n, c))
+	}
+	slices.Sort(names)
+	return total, strings.Join(names, " ")
 }
 
 // Memory statistics, in bytes.

@@ -111,3 +111,45 @@ func (st *Stepper) ForwardRows(f *mlx.Frame, rows []kvpool.Row) mlx.Array {
 	b.Commit()
 	return logits
 }
+
+// DecodeStepPrimitives counts, by name, the primitives of net's one-row
+// decode step of token next after a prefill of prefill, on a pool of its
+// own made with opt: what a step costs the host in MLX primitives (each
+// evaluated one a kernel launch on a GPU), for tests and benchmarks. It
+// must run on the MLX thread.
+func DecodeStepPrimitives(net Network, s mlx.Stream, opt kvpool.Options, prefill []int32, next int32) (map[string]int, error) {
+	p, err := NewPool(net, s, opt)
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	seq := p.NewSeq()
+	defer seq.Free()
+	var counts map[string]int
+	for _, toks := range [][]int32{prefill, {next}} {
+		if counts, err = countStep(net, s, p, seq, toks); err != nil {
+			return nil, err
+		}
+	}
+	return counts, nil
+}
+
+// countStep runs one step of toks for seq and returns its primitives.
+func countStep(net Network, s mlx.Stream, p *kvpool.Pool, seq *kvpool.Seq, toks []int32) (map[string]int, error) {
+	f := mlx.NewFrame(s)
+	defer f.Free()
+	b, err := p.Begin(f, []kvpool.Row{{Seq: seq, Tokens: toks, Sample: true}})
+	if err != nil {
+		return nil, err
+	}
+	out := f.Argmax(net.Forward(f, b), 1, false)
+	counts, err := mlx.GraphPrimitives(out)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.Eval(out); err != nil {
+		return nil, err
+	}
+	b.Commit()
+	return counts, nil
+}

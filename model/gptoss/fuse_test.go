@@ -2,11 +2,8 @@ package gptoss
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
-	"strings"
 	"testing"
 
 	"github.com/goprovider/provider/kvpool"
@@ -152,45 +149,15 @@ func TestFusedQKVMatchesApart(t *testing.T) {
 func stepPrimitives(t *testing.T, l *loaded, label string) map[string]int {
 	t.Helper()
 	var counts map[string]int
+	var err error
 	l.th.Do(func() {
-		p, err := model.NewPool(l.net, l.s, kvpool.Options{Ops: true})
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer p.Close()
-		seq := p.NewSeq()
-		defer seq.Free()
-		step := func(toks []int32) map[string]int {
-			f := mlx.NewFrame(l.s)
-			defer f.Free()
-			bt, err := p.Begin(f, []kvpool.Row{{Seq: seq, Tokens: toks, Sample: true}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			out := f.Argmax(l.net.Forward(f, bt), 1, false)
-			c, err := mlx.GraphPrimitives(out)
-			if err != nil {
-				t.Fatal(err)
-			}
-			f.ToInt32s(out)
-			if err := f.Err(); err != nil {
-				t.Fatal(err)
-			}
-			bt.Commit()
-			return c
-		}
-		step([]int32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10})
-		counts = step([]int32{11})
+		counts, err = model.DecodeStepPrimitives(l.net, l.s, kvpool.Options{Ops: true}, []int32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 11)
 	})
-	total := 0
-	var names []string
-	for n, c := range counts {
-		total += c
-		names = append(names, fmt.Sprintf("%s=%d", n, c))
+	if err != nil {
+		t.Fatal(err)
 	}
-	sort.Strings(names)
-	t.Logf("%s: one-row step of %d layers: %d primitives: %s", label, l.cfg.Layers, total, strings.Join(names, " "))
+	total, names := mlx.DescribePrimitives(counts)
+	t.Logf("%s: one-row step of %d layers: %d primitives: %s", label, l.cfg.Layers, total, names)
 	return counts
 }
 
@@ -219,13 +186,8 @@ func TestFusedQKVStepPrimitives(t *testing.T) {
 			if d := before[c.product] - after[c.product]; d != 2*layers {
 				t.Errorf("%s: %d apart, %d fused, want %d fewer (two a layer)", c.product, before[c.product], after[c.product], 2*layers)
 			}
-			tb, ta := 0, 0
-			for _, n := range before {
-				tb += n
-			}
-			for _, n := range after {
-				ta += n
-			}
+			tb, _ := mlx.DescribePrimitives(before)
+			ta, _ := mlx.DescribePrimitives(after)
 			if ta >= tb {
 				t.Errorf("fused step has %d primitives, apart %d", ta, tb)
 			}

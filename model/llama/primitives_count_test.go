@@ -1,9 +1,6 @@
 package llama
 
 import (
-	"fmt"
-	"sort"
-	"strings"
 	"testing"
 
 	"github.com/goprovider/provider/kvpool"
@@ -31,36 +28,12 @@ func TestOneRowStepPrimitives(t *testing.T) {
 			return
 		}
 		defer net.Close()
-		p, err := kvpool.New(l.s, mlx.Float32, model.PoolLayers(cfg), kvpool.Options{Ops: true})
+		counts, err := model.DecodeStepPrimitives(net, l.s, kvpool.Options{Ops: true}, []int32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 11)
 		if err != nil {
 			t.Error(err)
 			return
 		}
-		defer p.Close()
-		seq := p.NewSeq()
-		defer seq.Free()
-		step := func(toks []int32) map[string]int {
-			f := mlx.NewFrame(l.s)
-			defer f.Free()
-			bt, err := p.Begin(f, []kvpool.Row{{Seq: seq, Tokens: toks, Sample: true}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			out := f.Argmax(net.Forward(f, bt), 1, false)
-			counts, err := mlx.GraphPrimitives(out)
-			if err != nil {
-				t.Fatal(err)
-			}
-			f.ToInt32s(out)
-			if err := f.Err(); err != nil {
-				t.Fatal(err)
-			}
-			bt.Commit()
-			return counts
-		}
-		step([]int32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10})
-		counts := step([]int32{11})
-		total, names := DescribePrimitives(counts)
+		total, names := mlx.DescribePrimitives(counts)
 		t.Logf("one-row step: %d primitives: %s", total, names)
 		if counts["FastRoPE"] != cfg.Layers {
 			t.Errorf("%d RoPE calls in a one-row step of %d layers, want one a layer", counts["FastRoPE"], cfg.Layers)
@@ -72,18 +45,4 @@ func TestOneRowStepPrimitives(t *testing.T) {
 				counts["AsStrided"], counts["Transpose"], cfg.Layers, 2*cfg.Layers)
 		}
 	})
-}
-
-// DescribePrimitives is the total of a graph's primitive counts and the
-// counts as NAME=N, sorted by name (for this package's tests and
-// benchmarks, the external ones included).
-func DescribePrimitives(counts map[string]int) (int, string) {
-	total := 0
-	var names []string
-	for n, c := range counts {
-		total += c
-		names = append(names, fmt.Sprintf("%s=%d", n, c))
-	}
-	sort.Strings(names)
-	return total, strings.Join(names, " ")
 }

@@ -123,7 +123,7 @@ func benchDecodeStep(b *testing.B, s mlx.Stream, cfg model.Config, net *llama.Mo
 			if err != nil {
 				b.Fatal(err)
 			}
-			total, names := llama.DescribePrimitives(counts)
+			total, names := mlx.DescribePrimitives(counts)
 			b.ReportMetric(float64(total), "primitives/step")
 			b.Logf("%d rows: %d primitives: %s", rows, total, names)
 		}
