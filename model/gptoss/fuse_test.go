@@ -164,7 +164,8 @@ func stepPrimitives(t *testing.T, l *loaded, label string) map[string]int {
 // TestFusedQKVStepPrimitives counts a one-row decode step's primitives
 // with q/k/v apart and joined, in dense and packed 8-bit attention: joined,
 // a layer's three products become one (and their biases one addition),
-// its q and k heads take one RoPE, and its YaRN factor one product.
+// its q and k heads take one RoPE, and its YaRN factor one product. The
+// step makes its expert products' rows twice in all.
 func TestFusedQKVStepPrimitives(t *testing.T) {
 	for _, c := range []struct {
 		name    string
@@ -182,6 +183,11 @@ func TestFusedQKVStepPrimitives(t *testing.T) {
 			layers := l.cfg.Layers
 			if got := after["FastRoPE"]; got != layers {
 				t.Errorf("fused: %d RoPE calls in %d layers, want one a layer", got, layers)
+			}
+			// The expert products' rows of x and of the gated activations
+			// are made once a step, not once a product (MLX's default).
+			if got := after["Arange"]; got != 2 {
+				t.Errorf("%d aranges in a one-row step, want 2", got)
 			}
 			if d := before[c.product] - after[c.product]; d != 2*layers {
 				t.Errorf("%s: %d apart, %d fused, want %d fewer (two a layer)", c.product, before[c.product], after[c.product], 2*layers)

@@ -44,24 +44,45 @@ type expertStack struct {
 	bias   mlx.Array // [experts, out]
 }
 
-// apply multiplies each row of x by the experts idx names and adds their
-// biases. Unsorted, x is [N, 1, 1, in] and idx [N, k]: the result is
-// [N, k, 1, out]. Sorted, x is [M, 1, in] and idx [M] ascending: the result
-// is [M, 1, out].
-func (e *expertStack) apply(f *mlx.Frame, x, idx mlx.Array, sorted bool) mlx.Array {
-	return f.Add(e.product(f, x, idx, sorted), f.ExpandDims(f.Take(e.bias, idx, 0), -2))
+// routing is which expert each row of an expert product takes. Unsorted,
+// the tokens' x is [N, 1, 1, in], idx [N, k], and the products' result
+// [N, k, 1, out]; sorted, x is [M, 1, in], idx [M] ascending, and the
+// result [M, 1, out].
+//
+// rows, where valid, are the rows of x each product reads, which MLX
+// would otherwise make for every product: unsorted, in [N, 1] for the
+// products of x (each token's row) and pairs [N, k] for those of the
+// [N, k, 1, mid] gated activations (each pair's own), made once a step
+// for every layer's (stepRows).
+type routing struct {
+	idx       mlx.Array
+	sorted    bool
+	in, pairs mlx.Array
+}
+
+// stepRows makes the unsorted routing's rows for a step of n tokens with k
+// experts each.
+func stepRows(f *mlx.Frame, n, k int) (in, pairs mlx.Array) {
+	in = f.Reshape(f.Arange(0, float64(n), 1, mlx.Uint32), n, 1)
+	return in, f.Reshape(f.Arange(0, float64(n*k), 1, mlx.Uint32), n, k)
+}
+
+// apply multiplies each row of x by the experts r names, x's rows read
+// as lhs says (invalid: in order), and adds their biases.
+func (e *expertStack) apply(f *mlx.Frame, x, lhs mlx.Array, r routing) mlx.Array {
+	return f.Add(e.product(f, x, lhs, r), f.ExpandDims(f.Take(e.bias, r.idx, 0), -2))
 }
 
 // product is apply without the biases.
-func (e *expertStack) product(f *mlx.Frame, x, idx mlx.Array, sorted bool) mlx.Array {
+func (e *expertStack) product(f *mlx.Frame, x, lhs mlx.Array, r routing) mlx.Array {
 	var y mlx.Array
 	switch w := e.w; {
 	case w.Quantized():
-		y = f.GatherQMM(x, w.W, w.Scales, w.Biases, mlx.Array{}, idx, true, w.GroupSize, w.Bits, w.Mode, sorted)
+		y = f.GatherQMM(x, w.W, w.Scales, w.Biases, lhs, r.idx, true, w.GroupSize, w.Bits, w.Mode, r.sorted)
 	case e.inRows:
-		y = f.GatherMM(x, w.W, mlx.Array{}, idx, sorted)
+		y = f.GatherMM(x, w.W, lhs, r.idx, r.sorted)
 	default:
-		y = f.GatherMM(x, f.SwapAxes(w.W, -1, -2), mlx.Array{}, idx, sorted)
+		y = f.GatherMM(x, f.SwapAxes(w.W, -1, -2), lhs, r.idx, r.sorted)
 	}
 	return y
 }
@@ -288,10 +309,15 @@ func (m *Model) Forward(f *mlx.Frame, b *kvpool.Batch) mlx.Array {
 	if m.facts.YaRNFactor != 1 {
 		yarn = m.yarnFactor(f)
 	}
+	// The unsorted expert products' rows (routing), made once a step.
+	var rows routing
+	if N, K := b.N(), m.facts.PerToken; N*K < sortAt {
+		rows.in, rows.pairs = stepRows(f, N, K)
+	}
 	for li := range m.layers {
 		l := &m.layers[li]
 		x = f.Add(x, m.attention(f, l, li, f.RMSNorm(x, l.inNorm.W, c.NormEps), b, yarn))
-		x = f.Add(x, m.mixture(f, l, f.RMSNorm(x, l.postNorm.W, c.NormEps)))
+		x = f.Add(x, m.mixture(f, l, f.RMSNorm(x, l.postNorm.W, c.NormEps), rows))
 		f.DispatchLayer(li, x)
 	}
 	x = f.Take(x, b.SampleIndex(), 1)
@@ -368,8 +394,9 @@ func (m *Model) attention(f *mlx.Frame, l *layer, li int, h mlx.Array, b *kvpool
 // highest-scoring experts, their scores are softmaxed among themselves, and
 // the token's output is the so-weighted sum of those experts' clamped
 // SwiGLU MLPs. h is [B, T, hidden] (a step's tokens flattened: [1, N,
-// hidden]).
-func (m *Model) mixture(f *mlx.Frame, l *layer, h mlx.Array) mlx.Array {
+// hidden]); rows holds the unsorted products' rows (routing.in and pairs,
+// made where a step's routed pairs are below sortAt).
+func (m *Model) mixture(f *mlx.Frame, l *layer, h mlx.Array, rows routing) mlx.Array {
 	B, T, H := h.Dim(0), h.Dim(1), h.Dim(2)
 	E, K := m.facts.Experts, m.facts.PerToken
 	N := B * T
@@ -391,7 +418,8 @@ func (m *Model) mixture(f *mlx.Frame, l *layer, h mlx.Array) mlx.Array {
 	if y, ok := m.expertsPairs(f, &l.moe, x, idx); ok {
 		out = f.Reshape(y, N, K, 1, H)
 	} else if N*K < sortAt {
-		out = m.experts(f, &l.moe, f.Reshape(x, N, 1, 1, H), idx, false) // [N, K, 1, H]
+		rows.idx = idx
+		out = m.experts(f, &l.moe, f.Reshape(x, N, 1, 1, H), rows) // [N, K, 1, H]
 	} else {
 		// Rows ordered by expert: each (token, expert) pair becomes a row
 		// of its token's input, and the results go back in pair order.
@@ -402,7 +430,7 @@ func (m *Model) mixture(f *mlx.Frame, l *layer, h mlx.Array) mlx.Array {
 			tokenOf[j] = int32(j / K)
 		}
 		rows := f.Take(f.Reshape(x, N, 1, H), f.Take(f.Int32s(tokenOf, N*K), order, 0), 0)
-		y := m.experts(f, &l.moe, rows, f.Take(pairs, order, 0), true) // [N*K, 1, H]
+		y := m.experts(f, &l.moe, rows, routing{idx: f.Take(pairs, order, 0), sorted: true}) // [N*K, 1, H]
 		out = f.Reshape(f.Take(y, f.Argsort(order, 0), 0), N, K, 1, H)
 	}
 	out = f.Multiply(f.Squeeze(out, -2), f.ExpandDims(weights, -1))
@@ -418,18 +446,18 @@ func (m *Model) mixture(f *mlx.Frame, l *layer, h mlx.Array) mlx.Array {
 }
 
 // experts runs the routed rows through their experts' MLPs (see
-// expertStack.apply for the shapes).
-func (m *Model) experts(f *mlx.Frame, e *experts, x, idx mlx.Array, sorted bool) mlx.Array {
+// routing for the shapes).
+func (m *Model) experts(f *mlx.Frame, e *experts, x mlx.Array, r routing) mlx.Array {
 	var gate, up mlx.Array
 	if e.fused {
-		gate, up = splitGateUp(f, e.gateUp.apply(f, x, idx, sorted))
+		gate, up = splitGateUp(f, e.gateUp.apply(f, x, r.in, r))
 	} else {
-		up, gate = e.up.apply(f, x, idx, sorted), e.gate.apply(f, x, idx, sorted)
+		up, gate = e.up.apply(f, x, r.in, r), e.gate.apply(f, x, r.in, r)
 	}
 	if e.partial {
-		return e.down.product(f, m.swiglu(f, gate, up), idx, sorted)
+		return e.down.product(f, m.swiglu(f, gate, up), r.pairs, r)
 	}
-	return e.down.apply(f, m.swiglu(f, gate, up), idx, sorted)
+	return e.down.apply(f, m.swiglu(f, gate, up), r.pairs, r)
 }
 
 // splitGateUp splits a fused gate/up product [..., 2F], its output
