@@ -49,11 +49,13 @@ type expertStack struct {
 // [N, k, 1, out]; sorted, x is [M, 1, in], idx [M] ascending, and the
 // result [M, 1, out].
 //
-// rows, where valid, are the rows of x each product reads, which MLX
-// would otherwise make for every product: unsorted, in [N, 1] for the
-// products of x (each token's row) and pairs [N, k] for those of the
-// [N, k, 1, mid] gated activations (each pair's own), made once a step
-// for every layer's (stepRows).
+// The rows of x each product reads are, where valid, in and pairs; MLX
+// would otherwise make them for every product, and copy them (a GPU's
+// gather products take contiguous indices, shaped as the pairs). Unsorted,
+// in [N, k] names each pair's token (the products of x), and pairs [N, k]
+// each pair itself (the products of the [N, k, 1, mid] gated activations);
+// stepRows makes them once a step for every layer, contiguous, and the
+// mixture makes idx contiguous once a layer for its products.
 type routing struct {
 	idx       mlx.Array
 	sorted    bool
@@ -63,7 +65,7 @@ type routing struct {
 // stepRows makes the unsorted routing's rows for a step of n tokens with k
 // experts each.
 func stepRows(f *mlx.Frame, n, k int) (in, pairs mlx.Array) {
-	in = f.Reshape(f.Arange(0, float64(n), 1, mlx.Uint32), n, 1)
+	in = f.Contiguous(f.BroadcastTo(f.Reshape(f.Arange(0, float64(n), 1, mlx.Uint32), n, 1), n, k))
 	return in, f.Reshape(f.Arange(0, float64(n*k), 1, mlx.Uint32), n, k)
 }
 
@@ -418,7 +420,7 @@ func (m *Model) mixture(f *mlx.Frame, l *layer, h mlx.Array, rows routing) mlx.A
 	if y, ok := m.expertsPairs(f, &l.moe, x, idx); ok {
 		out = f.Reshape(y, N, K, 1, H)
 	} else if N*K < sortAt {
-		rows.idx = idx
+		rows.idx = f.Contiguous(idx)
 		out = m.experts(f, &l.moe, f.Reshape(x, N, 1, 1, H), rows) // [N, K, 1, H]
 	} else {
 		// Rows ordered by expert: each (token, expert) pair becomes a row
