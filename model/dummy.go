@@ -297,6 +297,12 @@ func (d *Dummy) Build(s mlx.Stream, seed uint64, progress func(done, total int64
 			progress(done, total)
 		}
 	}
+	// Laid out as a checkpoint's upload to s lays them out (q/k/v joined
+	// on a GPU).
+	if err := w.fuseFor(s, d.Config); err != nil {
+		w.Free()
+		return nil, fmt.Errorf("model: dummy: %w", err)
+	}
 	// The transients of the largest tensors need not stay cached.
 	mlx.ClearCache()
 	return w, nil

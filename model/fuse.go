@@ -43,6 +43,16 @@ func fuseOnUpload(s mlx.Stream) bool {
 	return !s.IsCPU() && os.Getenv("PROVIDER_GPU_FUSE") != "0"
 }
 
+// fuseFor fuses c's projections where an upload to s fuses them
+// (fuseOnUpload): what a checkpoint's upload and a dummy's build share.
+func (w *Weights) fuseFor(s mlx.Stream, c Config) error {
+	if !fuseOnUpload(s) {
+		return nil
+	}
+	_, err := w.FuseProjections(s, c.Arch, c.Layers)
+	return err
+}
+
 // FuseProjections replaces, in each of the first layers layers of an
 // architecture that has fused groups, each group's modules by one module
 // whose rows are theirs in order, where the parts can be joined: the same

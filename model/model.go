@@ -142,11 +142,9 @@ func (m *Model) UploadProgress(s mlx.Stream, report func(done, total int64)) (*W
 			report(done, total)
 		}
 	}
-	if fuseOnUpload(s) {
-		if _, err := w.FuseProjections(s, m.Config.Arch, m.Config.Layers); err != nil {
-			w.Free()
-			return nil, err
-		}
+	if err := w.fuseFor(s, m.Config); err != nil {
+		w.Free()
+		return nil, err
 	}
 	return w, nil
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/goprovider/provider/kvpool"
 	"github.com/goprovider/provider/mlx"
+	"github.com/goprovider/provider/model"
 	"github.com/goprovider/provider/sample"
 )
 
@@ -145,4 +146,46 @@ func TestFusedQKVSameTokensCUDA(t *testing.T) {
 			sameGreedy(t, vocab, c.tol, [2]string{"q/k/v apart", "q/k/v fused"}, tokens, logits)
 		})
 	}
+}
+
+// TestFusedQKVStoreSameTokensCUDA is TestFusedQKVSameTokensCUDA on
+// gpt-oss-20b's heads (64 wide, which the paged decode kernel takes, so
+// the q/k/v kernel also writes k and v into the pool) with dummy weights,
+// four layers, a sliding window of 8 that the prompts and decoding cross,
+// in bfloat16: joined at build (the default on a GPU) and apart
+// (PROVIDER_GPU_FUSE=0). A decode step's graph must lose the joined
+// layers' scatters into the pool, and the runs must agree as there.
+func TestFusedQKVStoreSameTokensCUDA(t *testing.T) {
+	skipWithoutCUDA(t, "gpt-oss's fused q/k/v with the pool store")
+	prompts := [][]int32{{1, 2, 3, 4, 5}, {6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}, {18, 19, 20}}
+	var tokens [2][][]int32
+	var logits [2][][]float32
+	var scatters [2]int
+	vocab := 0
+	for i, fuse := range []string{"0", "1"} {
+		t.Setenv("PROVIDER_GPU_FUSE", fuse)
+		d := narrow20B(t, 4, 8)
+		d.Config.ActDType = mlx.BFloat16
+		l := start(t, d.Config, func(s mlx.Stream) (*model.Weights, error) { return d.Build(s, 7, nil) })
+		if fused := l.net.layers[0].qkv != nil; fused != (fuse == "1") {
+			t.Fatalf("PROVIDER_GPU_FUSE=%s: q/k/v fused %v", fuse, fused)
+		}
+		var counts map[string]int
+		var err error
+		l.th.Do(func() {
+			counts, err = model.DecodeStepPrimitives(l.net, l.s, kvpool.Options{}, prompts[1], 3)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		total, names := mlx.DescribePrimitives(counts)
+		t.Logf("PROVIDER_GPU_FUSE=%s: one-row step: %d primitives: %s", fuse, total, names)
+		scatters[i] = counts["ScatterAxis"] + counts["Scatter"]
+		tokens[i], logits[i] = greedyRun(t, l, prompts, 12)
+		vocab = l.cfg.Vocab
+	}
+	if scatters[1] >= scatters[0] {
+		t.Errorf("a decode step scatters %d times joined, %d apart: the q/k/v kernel did not store k and v", scatters[1], scatters[0])
+	}
+	sameGreedy(t, vocab, 0.05, [2]string{"q/k/v apart", "q/k/v fused"}, tokens, logits)
 }

@@ -51,28 +51,56 @@ func fuseQKV(t *testing.T, l *loaded) {
 	}
 }
 
+// dummyPlan plans dummy weights for the config.json at path, edited by
+// edit (its decoded fields).
+func dummyPlan(tb testing.TB, path string, edit func(cfg map[string]any)) *model.Dummy {
+	tb.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		tb.Fatal(err)
+	}
+	edit(cfg)
+	if raw, err = json.Marshal(cfg); err != nil {
+		tb.Fatal(err)
+	}
+	d, err := model.PlanDummy(raw)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return d
+}
+
+// narrow20B plans gpt-oss-20b's architecture (its heads, head size,
+// experts, routing and layer kinds; testdata/configs/gpt-oss-20b.json)
+// with layers layers, widths of 64, a vocabulary of 1,024 and a sliding
+// window of window (0 keeps its own).
+func narrow20B(tb testing.TB, layers, window int) *model.Dummy {
+	return dummyPlan(tb, "../../testdata/configs/gpt-oss-20b.json", func(cfg map[string]any) {
+		cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"] = 64, 64, 1024
+		cfg["eos_token_id"], cfg["pad_token_id"] = 1000, 1001
+		if layers > 0 {
+			cfg["num_hidden_layers"] = layers
+			cfg["layer_types"] = cfg["layer_types"].([]any)[:layers]
+		}
+		if window > 0 {
+			cfg["sliding_window"] = window
+		}
+	})
+}
+
 // loadDummy builds the tiny fixture's architecture with dummy weights on
 // the CPU, every matrix (attention included) 8-bit affine, which gpt-oss
 // keeps packed beside its scales and biases (GPTOSSFacts.Packed).
 func loadDummy(t *testing.T, act mlx.Dtype) *loaded {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(refDir, "mlx_mxfp4", "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cfg map[string]any
-	if err := json.Unmarshal(raw, &cfg); err != nil {
-		t.Fatal(err)
-	}
-	delete(cfg, "quantization")
-	cfg["quantization_config"] = map[string]any{"group_size": 32, "bits": 8}
-	if raw, err = json.Marshal(cfg); err != nil {
-		t.Fatal(err)
-	}
-	d, err := model.PlanDummy(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := dummyPlan(t, filepath.Join(refDir, "mlx_mxfp4", "config.json"), func(cfg map[string]any) {
+		delete(cfg, "quantization")
+		cfg["quantization_config"] = map[string]any{"group_size": 32, "bits": 8}
+	})
 	d.Config.ActDType = act
 	if lv, ok := d.Config.GPTOSS.Packed["model.layers.0.self_attn.q_proj.weight"]; !ok || lv.Bits != 8 {
 		t.Fatalf("the dummy's q_proj is not packed 8-bit: %+v", lv)

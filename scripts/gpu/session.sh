@@ -380,7 +380,8 @@ json.dump(c, open(sys.argv[2], "w"), indent=1)' testdata/configs/gpt-oss-20b.jso
 fp4)
 	# The MXFP4 expert kernel: mlx's CUDA test of it and gpt-oss's (greedy
 	# tokens through it and through gather_qmm, on the tiny fixtures; and
-	# with q/k/v fused at upload and apart),
+	# with q/k/v fused at upload and apart, on the tiny fixtures and on
+	# gpt-oss-20b's heads, where the q/k/v kernel stores k and v),
 	# then gpt-oss-20b served untraced (bench_gpu.sh gptoss) once per
 	# setting in SETTINGS (default: the kernel, then gather_qmm), in turn.
 	nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$D/gpu.txt"
