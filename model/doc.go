@@ -15,10 +15,12 @@
 // (model.layers.N.self_attn.q_proj.weight, ...) in row-major [out, in]
 // layout, whatever the source; an architecture without an adapter is an
 // ErrUnsupportedArch, never a guess. One exception, on the device side
-// only: an upload to a GPU joins weights that read the same input into one
-// matrix under a name of its own (FuseProjections: a Llama layer's
-// self_attn.qkv_proj.weight and mlp.gate_up_proj.weight, Weight.Parts
-// giving each part's rows), which the family's code takes where present.
+// only: an upload to a GPU (and a dummy model's build there) joins modules
+// that read the same input into one module under a name of its own
+// (FuseProjections: a Llama layer's self_attn.qkv_proj and mlp.gate_up_proj,
+// a gpt-oss layer's self_attn.qkv_proj with its bias and, where packed, its
+// scales and biases; Weight.Parts giving each part's rows), which the
+// family's code takes where present.
 // Some architectures are read from config.json only, to be described
 // (DescribeHF: layer kinds, weight estimate): gpt-oss and Gemma 4.
 // ReadHFConfig returns their Config; Open refuses their weights.
