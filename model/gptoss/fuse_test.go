@@ -11,18 +11,19 @@ import (
 	"github.com/goprovider/provider/model"
 )
 
-// fuseQKV joins l's q/k/v modules (model.FuseProjections, what an upload
-// to a GPU does) and binds the network and its stepper again.
-func fuseQKV(t *testing.T, l *loaded) {
+// fuseQKV joins the q/k/v modules of l's first layers layers
+// (model.FuseProjections, what an upload to a GPU does for all of them)
+// and binds the network and its stepper again.
+func fuseQKV(t *testing.T, l *loaded, layers int) {
 	t.Helper()
 	l.th.Do(func() {
-		n, err := l.w.FuseProjections(l.s, "gpt_oss", l.cfg.Layers)
+		n, err := l.w.FuseProjections(l.s, "gpt_oss", layers)
 		if err != nil {
 			t.Error(err)
 			return
 		}
-		if n != l.cfg.Layers {
-			t.Errorf("fused %d groups, want %d", n, l.cfg.Layers)
+		if n != layers {
+			t.Errorf("fused %d groups, want %d", n, layers)
 		}
 		for _, name := range []string{"q_proj.weight", "k_proj.bias", "v_proj.weight"} {
 			if l.w.Get("model.layers.0.self_attn."+name) != nil {
@@ -135,17 +136,21 @@ func forcedSteps(t *testing.T, l *loaded, prompts [][]int32, steps int) [][]floa
 // single token rotates q's and k's heads in one call) must give the same
 // logits, float for float, with YaRN's factor over q and k. Layouts:
 // dense attention (bf16, hf_mxfp4) in float32 and bfloat16, and packed
-// 8-bit affine attention (dummy weights).
+// 8-bit affine attention (dummy weights); and one network with only its
+// first layer joined (a layer joins only where its parts can, so layers
+// of one network may differ).
 func TestFusedQKVMatchesApart(t *testing.T) {
 	fx := readFixture(t)
 	cases := []struct {
-		name string
-		load func() *loaded
+		name   string
+		load   func() *loaded
+		joined int // layers, from the first
 	}{
-		{"bf16/f32", func() *loaded { return load(t, "bf16", mlx.Float32, nil) }},
-		{"hf_mxfp4/bf16", func() *loaded { return load(t, "hf_mxfp4", mlx.BFloat16, nil) }},
-		{"packed8/f32", func() *loaded { return loadDummy(t, mlx.Float32) }},
-		{"packed8/bf16", func() *loaded { return loadDummy(t, mlx.BFloat16) }},
+		{"bf16/f32", func() *loaded { return load(t, "bf16", mlx.Float32, nil) }, 2},
+		{"hf_mxfp4/bf16", func() *loaded { return load(t, "hf_mxfp4", mlx.BFloat16, nil) }, 2},
+		{"hf_mxfp4/bf16/first-layer", func() *loaded { return load(t, "hf_mxfp4", mlx.BFloat16, nil) }, 1},
+		{"packed8/f32", func() *loaded { return loadDummy(t, mlx.Float32) }, 2},
+		{"packed8/bf16", func() *loaded { return loadDummy(t, mlx.BFloat16) }, 2},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -153,7 +158,10 @@ func TestFusedQKVMatchesApart(t *testing.T) {
 			if apart.net.facts.YaRNFactor == 1 {
 				t.Fatal("the fixture has no YaRN factor to apply")
 			}
-			fuseQKV(t, joined)
+			if c.joined > apart.cfg.Layers {
+				t.Fatalf("%d layers to join of %d", c.joined, apart.cfg.Layers)
+			}
+			fuseQKV(t, joined, c.joined)
 			for _, ps := range [][][]int32{fx.Prompts, fx.Prompts[:1]} {
 				a, b := forcedSteps(t, apart, ps, 5), forcedSteps(t, joined, ps, 5)
 				for s := range a {
@@ -206,7 +214,7 @@ func TestFusedQKVStepPrimitives(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			l := c.load()
 			before := stepPrimitives(t, l, "apart")
-			fuseQKV(t, l)
+			fuseQKV(t, l, l.cfg.Layers)
 			after := stepPrimitives(t, l, "fused")
 			layers := l.cfg.Layers
 			if got := after["FastRoPE"]; got != layers {

@@ -108,6 +108,11 @@ type layer struct {
 	sinks  mlx.Array // [heads]
 	router affine
 	moe    experts
+
+	// Of the activations' type, made once (Model.constants): the sinks,
+	// and YaRN's factor as this layer's attention applies it (invalid
+	// without YaRN).
+	actSinks, yarn mlx.Array
 }
 
 // Model is a gpt-oss network bound to device weights.
@@ -120,6 +125,13 @@ type Model struct {
 	layers    []layer
 	attnScale float32
 	freqs     mlx.Array // YaRN periods per rotated pair; zero without scaling
+	// made: the layers' arrays of the activations' type exist.
+	made bool
+	// yarnScalar and yarnJoined are YaRN's factor in the activations'
+	// type, made with the layers' constants where a layer needs them: a
+	// scalar for q and k apart, and a vector over a joined q/k/v's outputs
+	// (the factor over q's and k's, 1, an exact product, over v's).
+	yarnScalar, yarnJoined mlx.Array
 }
 
 // New binds the forward pass to uploaded weights; it runs on the MLX
@@ -289,6 +301,19 @@ func (m *Model) Config() model.Config { return m.cfg }
 func (m *Model) Close() {
 	m.freqs.Free()
 	m.freqs = mlx.Array{}
+	m.dropConstants()
+}
+
+// dropConstants frees what constants made.
+func (m *Model) dropConstants() {
+	for i := range m.layers {
+		l := &m.layers[i]
+		l.actSinks.Free()
+		l.actSinks, l.yarn = mlx.Array{}, mlx.Array{}
+	}
+	m.yarnScalar.Free()
+	m.yarnJoined.Free()
+	m.yarnScalar, m.yarnJoined, m.made = mlx.Array{}, mlx.Array{}, false
 }
 
 // TakesLazyTokens: Forward reads token ids only through b.TokenIDs
@@ -304,13 +329,8 @@ func (m *Model) Forward(f *mlx.Frame, b *kvpool.Batch) mlx.Array {
 		f.Fail(fmt.Errorf("gptoss: %w", err))
 		return mlx.Array{}
 	}
+	m.constants(f)
 	x := f.AsType(m.embed.Embed(f, b.TokenIDs()), c.ActDType) // [1, N, hidden]
-	// YaRN's attention factor in the activations' type, made once a step
-	// for every layer.
-	var yarn mlx.Array
-	if m.facts.YaRNFactor != 1 {
-		yarn = m.yarnFactor(f)
-	}
 	// The unsorted expert products' rows (routing), made once a step.
 	var rows routing
 	if N, K := b.N(), m.facts.PerToken; N*K < sortAt {
@@ -318,7 +338,7 @@ func (m *Model) Forward(f *mlx.Frame, b *kvpool.Batch) mlx.Array {
 	}
 	for li := range m.layers {
 		l := &m.layers[li]
-		x = f.Add(x, m.attention(f, l, li, f.RMSNorm(x, l.inNorm.W, c.NormEps), b, yarn))
+		x = f.Add(x, m.attention(f, l, li, f.RMSNorm(x, l.inNorm.W, c.NormEps), b))
 		x = f.Add(x, m.mixture(f, l, f.RMSNorm(x, l.postNorm.W, c.NormEps), rows))
 		f.DispatchLayer(li, x)
 	}
@@ -327,35 +347,52 @@ func (m *Model) Forward(f *mlx.Frame, b *kvpool.Batch) mlx.Array {
 	return f.AsType(f.Reshape(m.lmHead.Linear(f, x), len(b.LogitRows()), c.Vocab), mlx.Float32)
 }
 
-// yarnFactor is YaRN's attention factor in the activations' type, as a
-// scalar where a layer projects q, k and v apart, and as a vector over a
-// fused q/k/v projection's outputs otherwise: the factor over q's and k's,
-// 1 (an exact product) over v's.
-func (m *Model) yarnFactor(f *mlx.Frame) mlx.Array {
-	c := m.cfg
-	if m.layers[0].qkv == nil {
-		return f.AsType(f.Scalar(m.facts.YaRNFactor), c.ActDType)
+// constants makes, on the first step, what every step reads in the
+// activations' type: each layer's sinks (as mlx-lm passes them to its
+// attention; the fused CPU kernel reads them as float32) and YaRN's factor
+// as the layer applies it. They are evaluated with that step and kept
+// until Close; a failed frame leaves them to the next step.
+func (m *Model) constants(f *mlx.Frame) {
+	if m.made || f.Err() != nil {
+		return
 	}
-	qk, v := (c.Heads+c.KVHeads)*c.HeadDim, c.KVHeads*c.HeadDim
-	factors := make([]float32, qk+v)
-	for i := range factors {
-		factors[i] = 1
-		if i < qk {
-			factors[i] = m.facts.YaRNFactor
+	m.dropConstants() // a failed step's
+	c := m.cfg
+	yarn := m.facts.YaRNFactor != 1
+	for i := range m.layers {
+		l := &m.layers[i]
+		l.actSinks = f.Keep(f.AsType(l.sinks, c.ActDType))
+		switch {
+		case !yarn:
+		case l.qkv == nil:
+			if !m.yarnScalar.Valid() {
+				m.yarnScalar = f.Keep(f.AsType(f.Scalar(m.facts.YaRNFactor), c.ActDType))
+			}
+			l.yarn = m.yarnScalar
+		default:
+			if !m.yarnJoined.Valid() {
+				qk, v := (c.Heads+c.KVHeads)*c.HeadDim, c.KVHeads*c.HeadDim
+				factors := make([]float32, qk+v)
+				for j := range factors {
+					factors[j] = 1
+					if j < qk {
+						factors[j] = m.facts.YaRNFactor
+					}
+				}
+				m.yarnJoined = f.Keep(f.AsType(f.Float32s(factors, qk+v), c.ActDType))
+			}
+			l.yarn = m.yarnJoined
 		}
 	}
-	return f.AsType(f.Float32s(factors, qk+v), c.ActDType)
+	m.made = f.Err() == nil
 }
 
 // attention of the step's N tokens, each over its own row's keys in the
-// pool (within the layer's window); h is [1, N, hidden], yarn YaRN's
-// attention factor in h's type (Model.yarnFactor; invalid without YaRN).
-func (m *Model) attention(f *mlx.Frame, l *layer, li int, h mlx.Array, b *kvpool.Batch, yarn mlx.Array) mlx.Array {
+// pool (within the layer's window); h is [1, N, hidden].
+func (m *Model) attention(f *mlx.Frame, l *layer, li int, h mlx.Array, b *kvpool.Batch) mlx.Array {
 	c := m.cfg
 	N, D := b.N(), c.HeadDim
-	// The sinks in the activations' dtype, as mlx-lm passes them to its
-	// attention (the fused CPU kernel reads them as float32).
-	sinks := f.AsType(l.sinks, c.ActDType)
+	yarn, sinks := l.yarn, l.actSinks
 	if l.qkv != nil {
 		// One product and its bias, YaRN's factor over q's and k's
 		// outputs, then the heads split and rotated in one step (one
