@@ -72,23 +72,24 @@ func (w *Weights) FuseProjections(s mlx.Stream, arch string, layers int) (int, e
 			}
 			made := make([]*Weight, len(joins))
 			var err error
-			for j, suffix := range joins {
-				if made[j], err = fuse(s, w.partsOf(p, g, suffix)); err != nil {
+			for j, jn := range joins {
+				if made[j], err = fuse(s, jn.parts); err != nil {
 					for _, m := range made[:j] {
 						m.Free()
 					}
-					return fused, fmt.Errorf("model: fuse %s%s%s: %w", p, g.into, suffix, err)
+					return fused, fmt.Errorf("model: fuse %s%s%s: %w", p, g.into, jn.suffix, err)
 				}
 			}
-			for j, suffix := range joins {
+			// The joined matrix (always the first) names its parts' rows.
+			for _, x := range joins[0].parts {
+				made[0].Parts = append(made[0].Parts, x.W.Shape()[0])
+			}
+			for j, jn := range joins {
 				for _, n := range g.parts {
-					w.byName[p+n+suffix].Free()
-					delete(w.byName, p+n+suffix)
+					w.byName[p+n+jn.suffix].Free()
+					delete(w.byName, p+n+jn.suffix)
 				}
-				if suffix != ".weight" {
-					made[j].Parts = nil
-				}
-				w.byName[p+g.into+suffix] = made[j]
+				w.byName[p+g.into+jn.suffix] = made[j]
 			}
 			fused++
 		}
@@ -96,25 +97,22 @@ func (w *Weights) FuseProjections(s mlx.Stream, arch string, layers int) (int, e
 	return fused, nil
 }
 
-// partsOf is the tensor of each of g's parts in layer p that ends in
-// suffix (nil where a part has none).
-func (w *Weights) partsOf(p string, g fuseGroup, suffix string) []*Weight {
-	parts := make([]*Weight, len(g.parts))
-	for j, n := range g.parts {
-		parts[j] = w.Get(p + n + suffix)
-	}
-	return parts
+// join is the tensors of a group's parts that end in suffix, in part
+// order.
+type join struct {
+	suffix string
+	parts  []*Weight
 }
 
 // joinable reports whether g's modules in layer p join, and which of
-// their tensors: each suffix that every part has (the matrix at least),
-// none that only some have, each fusable.
-func (w *Weights) joinable(p string, g fuseGroup) (joins []string, ok bool) {
+// their tensors: each suffix that every part has (the matrix at least,
+// first), none that only some have, each fusable.
+func (w *Weights) joinable(p string, g fuseGroup) (joins []join, ok bool) {
 	for _, suffix := range fuseSuffixes {
-		parts := w.partsOf(p, g, suffix)
+		parts := make([]*Weight, len(g.parts))
 		held := 0
-		for _, x := range parts {
-			if x != nil {
+		for j, n := range g.parts {
+			if parts[j] = w.Get(p + n + suffix); parts[j] != nil {
 				held++
 			}
 		}
@@ -124,7 +122,7 @@ func (w *Weights) joinable(p string, g fuseGroup) (joins []string, ok bool) {
 		case held < len(parts) || !fusable(parts):
 			return nil, false
 		}
-		joins = append(joins, suffix)
+		joins = append(joins, join{suffix, parts})
 	}
 	return joins, true
 }
@@ -188,9 +186,6 @@ func fuse(s mlx.Stream, parts []*Weight) (*Weight, error) {
 	}
 	for i, a := range joined {
 		*into[i] = f.Keep(a)
-	}
-	for _, x := range parts {
-		out.Parts = append(out.Parts, x.W.Shape()[0])
 	}
 	return out, nil
 }
