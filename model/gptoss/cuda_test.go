@@ -113,6 +113,21 @@ func TestExpertKernelSameTokensCUDA(t *testing.T) {
 	}
 }
 
+// apartAndJoined loads a network with load twice, with q/k/v apart
+// (PROVIDER_GPU_FUSE=0) and joined (the default on a GPU), checks that
+// each is laid out so, and runs run on each in that order (i 0, then 1).
+func apartAndJoined(t *testing.T, load func() *loaded, run func(i int, l *loaded)) {
+	t.Helper()
+	for i, fuse := range []string{"0", "1"} {
+		t.Setenv("PROVIDER_GPU_FUSE", fuse)
+		l := load()
+		if joined := l.net.layers[0].qkv != nil; joined != (i == 1) {
+			t.Fatalf("PROVIDER_GPU_FUSE=%s: q/k/v joined %v", fuse, joined)
+		}
+		run(i, l)
+	}
+}
+
 // TestFusedQKVSameTokensCUDA decodes the fixture's prompts together
 // greedily on a GPU with q/k/v joined at upload (the default there: one
 // product, HeadsRoPE's kernel, k and v stored by it where the pool offers)
@@ -134,15 +149,10 @@ func TestFusedQKVSameTokensCUDA(t *testing.T) {
 			var tokens [2][][]int32
 			var logits [2][][]float32
 			vocab := 0
-			for i, fuse := range []string{"0", "1"} {
-				t.Setenv("PROVIDER_GPU_FUSE", fuse)
-				l := load(t, c.variant, c.act, nil)
-				if fused := l.net.layers[0].qkv != nil; fused != (fuse == "1") {
-					t.Fatalf("PROVIDER_GPU_FUSE=%s: q/k/v fused %v", fuse, fused)
-				}
+			apartAndJoined(t, func() *loaded { return load(t, c.variant, c.act, nil) }, func(i int, l *loaded) {
 				tokens[i], logits[i] = greedyRun(t, l, fx.Prompts, steps)
 				vocab = l.cfg.Vocab
-			}
+			})
 			sameGreedy(t, vocab, c.tol, [2]string{"q/k/v apart", "q/k/v fused"}, tokens, logits)
 		})
 	}
@@ -162,14 +172,12 @@ func TestFusedQKVStoreSameTokensCUDA(t *testing.T) {
 	var logits [2][][]float32
 	var scatters [2]int
 	vocab := 0
-	for i, fuse := range []string{"0", "1"} {
-		t.Setenv("PROVIDER_GPU_FUSE", fuse)
+	build := func() *loaded {
 		d := narrow20B(t, 4, 8)
 		d.Config.ActDType = mlx.BFloat16
-		l := start(t, d.Config, func(s mlx.Stream) (*model.Weights, error) { return d.Build(s, 7, nil) })
-		if fused := l.net.layers[0].qkv != nil; fused != (fuse == "1") {
-			t.Fatalf("PROVIDER_GPU_FUSE=%s: q/k/v fused %v", fuse, fused)
-		}
+		return start(t, d.Config, func(s mlx.Stream) (*model.Weights, error) { return d.Build(s, 7, nil) })
+	}
+	apartAndJoined(t, build, func(i int, l *loaded) {
 		var counts map[string]int
 		var err error
 		l.th.Do(func() {
@@ -179,11 +187,11 @@ func TestFusedQKVStoreSameTokensCUDA(t *testing.T) {
 			t.Fatal(err)
 		}
 		total, names := mlx.DescribePrimitives(counts)
-		t.Logf("PROVIDER_GPU_FUSE=%s: one-row step: %d primitives: %s", fuse, total, names)
+		t.Logf("joined %v: one-row step: %d primitives: %s", i == 1, total, names)
 		scatters[i] = counts["ScatterAxis"] + counts["Scatter"]
 		tokens[i], logits[i] = greedyRun(t, l, prompts, 12)
 		vocab = l.cfg.Vocab
-	}
+	})
 	if scatters[1] >= scatters[0] {
 		t.Errorf("a decode step scatters %d times joined, %d apart: the q/k/v kernel did not store k and v", scatters[1], scatters[0])
 	}
