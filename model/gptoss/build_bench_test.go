@@ -12,8 +12,8 @@ import (
 // BenchmarkOneRowStepBuild times the host's building of a gpt-oss-20b
 // one-row decode step's graph (Begin, Forward and the argmax, nothing
 // evaluated) in the layout an upload to a GPU gives (q/k/v joined unless
-// PROVIDER_BENCH_FUSE=0; the pool's attention through MLX ops), on the
-// CPU. The network has gpt-oss-20b's layers, heads, experts and routing
+// PROVIDER_GPU_FUSE=0, as there; the pool's attention through MLX ops),
+// on the CPU. The network has gpt-oss-20b's layers, heads, experts and routing
 // (testdata/configs/gpt-oss-20b.json) but widths of 64 and a vocabulary
 // of 1,024: the host's work per primitive does not depend on them. On a
 // GPU that building paces a one-row step; it reports the step's
@@ -33,7 +33,8 @@ func BenchmarkOneRowStepBuild(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer w.Free()
-		if os.Getenv("PROVIDER_BENCH_FUSE") != "0" {
+		// The CPU's build keeps them apart; join them as a GPU's does.
+		if os.Getenv("PROVIDER_GPU_FUSE") != "0" {
 			if _, err := w.FuseProjections(s, "gpt_oss", d.Config.Layers); err != nil {
 				b.Fatal(err)
 			}
