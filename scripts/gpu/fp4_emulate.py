@@ -12,9 +12,9 @@ idx_shape, bias and y as parameters. A grid of blocks (blockIdx.x over tiles of
 W * R outputs, blockIdx.y the expert) runs one block at a time, with one
 host thread for each of a block's W * 32 threads. mma_emulate.py provides
 the host versions of CUDA's names (threadIdx, __syncthreads, __ldg that
-fails on a misaligned address, uint4, make_uint4, min, Shape) and arrays
-that end at a protected page, so that a read or a write past an array's
-end stops the run. Added here:
+fails on a misaligned address, uint4, make_uint4, __uint_as_float, min,
+Shape) and arrays that end at a protected page, so that a read or a write
+past an array's end stops the run. Added here:
 
   __shared__        the block's variables: all its threads see the same
                     ones, and before each block they are filled with 0x7F
@@ -29,7 +29,7 @@ end stops the run. Added here:
                     exchanges. Only a full mask is emulated; a lane that
                     reaches one after others of its warp returned, or
                     while they are at another collective, stops the run.
-  __popc, __uint_as_float.
+  __popc.
 
 Host float arithmetic rounds as the device's does (fmaf is one rounding;
 float16 and bfloat16 convert to nearest even), so the sums are the
@@ -148,11 +148,6 @@ HOST = r"""
 #define __shared__ __attribute__((section("fp4_shared"))) static
 extern "C" char __start_fp4_shared[], __stop_fp4_shared[];
 
-static inline float __uint_as_float(unsigned u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 static inline int __popc(unsigned v) { return __builtin_popcount(v); }
 
 static void futex_wait(std::atomic<uint32_t>* a, uint32_t v, long ns) {

@@ -78,11 +78,6 @@ HOST = r"""
 struct alignas(8) uint2 {
   unsigned x, y;
 };
-static inline float __uint_as_float(unsigned u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 static inline float rsqrtf(float v) { return 1.0f / std::sqrt(v); }
 
 // A warp's exchange for __shfl_xor_sync: each lane leaves its value, waits

@@ -20,7 +20,7 @@ take their place:
        stored as float).
 
 threadIdx, blockIdx, __syncthreads, __shared__, __ldg, __byte_perm, uint4,
-min and Shape have host versions too. __ldg fails on a misaligned address,
+__int_as_float, __uint_as_float, min and Shape have host versions too. __ldg fails on a misaligned address,
 and every array ends at a protected page, so a read or a write past an
 array's end stops the run. The check dequantizes each weight as the kernel
 does (s * q + b rounded once to x's type) and sums x * w exactly in double;
@@ -230,6 +230,11 @@ thread_local Dim3 blockDim;
 static inline float __int_as_float(int i) {
   float f;
   std::memcpy(&f, &i, 4);
+  return f;
+}
+static inline float __uint_as_float(unsigned u) {
+  float f;
+  std::memcpy(&f, &u, 4);
   return f;
 }
 thread_local Dim3 threadIdx, blockIdx;
