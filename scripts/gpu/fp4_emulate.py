@@ -438,11 +438,7 @@ static void check(const char* type, const char* itype, int topk, int rows, int E
   rng_state = seed;
   d.x.resize((size_t)rows * K);
   for (auto& v : d.x) {
-    double z = -6;
-    for (int i = 0; i < 12; i++) {
-      z += uniform();
-    }
-    v = T((float)z);
+    v = T((float)gauss());
   }
   d.w.resize((size_t)E * N * K / 8);
   for (auto& v : d.w) {
@@ -493,7 +489,7 @@ int main() {
 }
 """
 
-CTYPE = {"float16": "_Float16", "bfloat16": "bf16_t", "float32": "float"}
+CTYPE = mma_emulate.CTYPE
 ITYPE = {"int32": "int32_t", "uint32": "uint32_t"}
 
 

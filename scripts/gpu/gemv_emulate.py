@@ -224,11 +224,7 @@ static void check(const char* type, int N, int K, uint64_t seed) {
   rng_state = seed;
   d.x.resize((size_t)4 * K);
   for (auto& v : d.x) {
-    double z = -6;
-    for (int i = 0; i < 12; i++) {
-      z += uniform();
-    }
-    v = T((float)z);
+    v = T((float)gauss());
   }
   d.w.resize((size_t)N * K * BITS / 32);
   for (auto& v : d.w) {
@@ -260,7 +256,7 @@ int main() {
 }
 """
 
-CTYPE = {"float16": "_Float16", "bfloat16": "bf16_t", "float32": "float"}
+CTYPE = mma_emulate.CTYPE
 
 
 def program(text, line):

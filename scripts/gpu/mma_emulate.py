@@ -123,6 +123,10 @@ MUTATIONS = [
     ("rows from x's first dimension only", "for (int i = 0; i + 1 < x_ndim; i++) {", "for (int i = 0; i < 1; i++) {"),
 ]
 
+# The host type each of the emulators' activation types takes (the
+# prelude's bf16_t is bfloat16's).
+CTYPE = {"float16": "_Float16", "bfloat16": "bf16_t", "float32": "float"}
+
 PRELUDE = r"""
 #define AFFINE_MMA_HOST
 #include <signal.h>
@@ -447,6 +451,14 @@ static uint64_t next_u64() {  // splitmix64
   return z ^ (z >> 31);
 }
 static double uniform() { return (next_u64() >> 11) * 0x1p-53; }
+// About normal, mean 0 and deviation 1: twelve uniforms less 6.
+static double gauss() {
+  double z = -6;
+  for (int i = 0; i < 12; i++) {
+    z += uniform();
+  }
+  return z;
+}
 
 // Tally checks a case's outputs against their exact sums, each within its
 // allowed error, and reports the largest share of it used.
@@ -580,11 +592,7 @@ static void check(const char* type, int N, int K, int misalign, uint64_t seed) {
   rng_state = seed;
   d.x.resize((size_t)17 * K);
   for (auto& v : d.x) {
-    double z = -6;
-    for (int i = 0; i < 12; i++) {
-      z += uniform();
-    }
-    v = enc16(BF, z);
+    v = enc16(BF, gauss());
   }
   d.w.resize((size_t)N * K / 8);
   for (auto& v : d.w) {

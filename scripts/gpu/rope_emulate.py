@@ -222,7 +222,7 @@ int main() {
 }
 """
 
-CTYPE = {"float16": "_Float16", "bfloat16": "bf16_t", "float32": "float"}
+CTYPE = mma_emulate.CTYPE
 
 
 def kernel(fn, body, line, pool):
